@@ -1,0 +1,107 @@
+//! `sibyl-server serve [--listen ADDR] [--policy FILE]`: runs the gRPC tool server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use sibyl_server::{Policy, Sibyl};
+
+/// sibyl's gRPC tool server: a human-style text browser (and more tools) for LLM agents.
+#[derive(Parser)]
+#[command(name = "sibyl-server", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the tools over gRPC until SIGINT or SIGTERM.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:50051", env = "SIBYL_LISTEN")]
+        listen: SocketAddr,
+        /// Sandbox policy file (TOML); the embedded sandbox-policies/default.toml if absent.
+        #[arg(long, env = "SIBYL_POLICY")]
+        policy: Option<PathBuf>,
+    },
+    /// Check a policy file and exit: status 0 if valid, else the error naming the bad key.
+    CheckPolicy {
+        /// Policy file (TOML).
+        file: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckPolicy { file } => {
+            Policy::load(&file)?;
+            println!("{}: valid", file.display());
+            Ok(())
+        }
+        Command::Serve { listen, policy } => {
+            let policy = match &policy {
+                Some(p) => Policy::load(p)?,
+                None => Policy::embedded_default()?,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                // HTML conversion of hostile, deeply nested pages runs on blocking threads.
+                .thread_stack_size(16 << 20)
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(serve(listen, policy))
+        }
+    }
+}
+
+async fn serve(listen: SocketAddr, policy: Policy) -> anyhow::Result<()> {
+    let sibyl = Sibyl::new(policy)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(
+        addr = %local,
+        tools = sibyl.registry.len(),
+        "sibyl-server listening"
+    );
+    // Scripts and tests read this line to learn the port (useful with --listen 127.0.0.1:0).
+    println!("sibyl-server listening on {local}");
+    sibyl.serve(listener, shutdown_signal()).await?;
+    tracing::info!("sibyl-server stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}
