@@ -98,8 +98,18 @@ async fn run_inner(cli: Cli, out: &mut dyn Write) -> anyhow::Result<i32> {
         Command::Tools { server } => {
             let mut c = SibylClient::connect(&server).await?;
             for t in c.list_tools().await? {
-                let description = t.description.split_whitespace().collect::<Vec<_>>().join(" ");
-                writeln!(out, "{}\t{}\t{}", t.name, origin_name(t.origin), description)?;
+                let description = t
+                    .description
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                writeln!(
+                    out,
+                    "{}\t{}\t{}",
+                    t.name,
+                    origin_name(t.origin),
+                    description
+                )?;
             }
             Ok(0)
         }

@@ -51,7 +51,13 @@ struct Page {
 }
 
 impl Page {
-    fn new(address: String, title: String, text: String, hidden: Vec<Range<usize>>, size: usize) -> Self {
+    fn new(
+        address: String,
+        title: String,
+        text: String,
+        hidden: Vec<Range<usize>>,
+        size: usize,
+    ) -> Self {
         let pages = viewport::split_pages(&text, size);
         Self {
             address,
@@ -223,7 +229,10 @@ impl Browser {
                 "url: longer than {MAX_URL_BYTES} bytes"
             )));
         }
-        let base = st.page.as_ref().and_then(|p| url::Url::parse(&p.address).ok());
+        let base = st
+            .page
+            .as_ref()
+            .and_then(|p| url::Url::parse(&p.address).ok());
         let url = match url::Url::parse(raw_url.trim()) {
             Ok(u) => u,
             Err(url::ParseError::RelativeUrlWithoutBase) => match &base {
@@ -261,11 +270,12 @@ impl Browser {
             ContentKind::Html => {
                 let html = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true);
                 let base = fetched.final_url.clone();
-                let rendered = tokio::task::spawn_blocking(move || {
-                    convert::html_to_text(&html, Some(&base))
-                })
-                .await
-                .map_err(|e| ToolError::Internal(format!("HTML conversion task failed: {e}")))?;
+                let rendered =
+                    tokio::task::spawn_blocking(move || convert::html_to_text(&html, Some(&base)))
+                        .await
+                        .map_err(|e| {
+                            ToolError::Internal(format!("HTML conversion task failed: {e}"))
+                        })?;
                 match rendered {
                     Ok(r) => (r.title, r.text, r.hidden),
                     Err(e) => return Ok(ToolOutput::error(format!("Cannot show {address}: {e}"))),
@@ -301,7 +311,13 @@ impl Browser {
             (title, text, hidden)
         };
         let title = title.unwrap_or_else(|| fallback_title(&fetched.final_url));
-        st.set_page(Page::new(address.clone(), title, text, hidden, self.viewport_size));
+        st.set_page(Page::new(
+            address.clone(),
+            title,
+            text,
+            hidden,
+            self.viewport_size,
+        ));
         let now = Instant::now();
         let mut notes = Vec::new();
         if let Some((_, when)) = st.history.iter().rev().find(|(a, _)| *a == address) {
@@ -349,7 +365,10 @@ impl ContentKind {
                 } else {
                     let lower = String::from_utf8_lossy(head).to_ascii_lowercase();
                     let t = lower.trim_start();
-                    if t.starts_with("<!doctype html") || t.starts_with("<html") || lower.contains("<body") {
+                    if t.starts_with("<!doctype html")
+                        || t.starts_with("<html")
+                        || lower.contains("<body")
+                    {
                         Self::Html
                     } else {
                         Self::Text
@@ -430,7 +449,11 @@ impl Tool for BrowserTool {
         &self.descriptor
     }
 
-    async fn call(&self, ctx: CallContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: CallContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         // Parse before touching state, so bad arguments change nothing.
         let (visit, find) = match self.action {
             Action::Visit => (Some(parse_args::<VisitArgs>(args)?.url), None),
@@ -443,7 +466,11 @@ impl Tool for BrowserTool {
         let mut guard = ctx.session.state.lock().await;
         let st = guard.get_or_default::<BrowserState>();
         match self.action {
-            Action::Visit => self.browser.visit(st, visit.as_deref().unwrap_or_default()).await,
+            Action::Visit => {
+                self.browser
+                    .visit(st, visit.as_deref().unwrap_or_default())
+                    .await
+            }
             Action::PageUp | Action::PageDown => {
                 let Some(page) = &st.page else {
                     return Ok(no_page());

@@ -85,6 +85,7 @@ mod raw {
     pub struct Sessions {
         pub idle_ttl_secs: u64,
         pub max_sessions: u64,
+        pub scratch_root: String,
     }
 
     impl Default for Sessions {
@@ -92,6 +93,7 @@ mod raw {
             Self {
                 idle_ttl_secs: 900,
                 max_sessions: 1024,
+                scratch_root: String::new(),
             }
         }
     }
@@ -156,6 +158,9 @@ pub struct SessionPolicy {
     pub idle_ttl: Duration,
     /// Sessions open at once on this server; one more is `RESOURCE_EXHAUSTED`.
     pub max_sessions: usize,
+    /// Directory under which each session's scratch directory is made; `None` for the
+    /// system temporary directory.
+    pub scratch_root: Option<std::path::PathBuf>,
 }
 
 /// Browser limits and address rules (`[browser]`).
@@ -340,6 +345,20 @@ impl Policy {
                     1,
                     10_000_000,
                 )?),
+                scratch_root: {
+                    let r = raw.sessions.scratch_root.trim();
+                    if r.is_empty() {
+                        None
+                    } else if !Path::new(r).is_absolute() {
+                        return Err(PolicyError::Invalid {
+                            origin: origin.to_string(),
+                            key: "sessions.scratch_root".into(),
+                            message: format!("must be an absolute path, got `{r}`"),
+                        });
+                    } else {
+                        Some(std::path::PathBuf::from(r))
+                    }
+                },
             },
             browser: BrowserPolicy {
                 viewport_size: to_usize(range(
@@ -389,13 +408,17 @@ mod tests {
     #[test]
     fn shipped_policies_parse() {
         let d = Policy::embedded_default().expect("default.toml");
-        assert!(d.browser.allow.is_empty(), "default must not allow private hosts");
-        let dev = Policy::from_toml(
-            include_str!("../../sandbox-policies/dev.toml"),
-            "dev.toml",
-        )
-        .expect("dev.toml");
-        assert!(dev.browser.allow.matches_ip("127.0.0.1".parse().expect("ip")));
+        assert!(
+            d.browser.allow.is_empty(),
+            "default must not allow private hosts"
+        );
+        let dev = Policy::from_toml(include_str!("../../sandbox-policies/dev.toml"), "dev.toml")
+            .expect("dev.toml");
+        assert!(
+            dev.browser
+                .allow
+                .matches_ip("127.0.0.1".parse().expect("ip"))
+        );
     }
 
     #[test]

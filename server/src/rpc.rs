@@ -23,7 +23,11 @@ pub struct ToolService {
 impl ToolService {
     /// A service over `registry` and `sessions`, running at most `max_concurrent_calls`
     /// calls at once.
-    pub fn new(registry: ToolRegistry, sessions: Arc<SessionManager>, max_concurrent_calls: usize) -> Self {
+    pub fn new(
+        registry: ToolRegistry,
+        sessions: Arc<SessionManager>,
+        max_concurrent_calls: usize,
+    ) -> Self {
         Self {
             registry,
             sessions,

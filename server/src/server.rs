@@ -46,9 +46,8 @@ impl Sibyl {
     /// [`ServeError::Setup`] when a tool cannot be built.
     pub fn new(policy: Policy) -> Result<Self, ServeError> {
         let mut registry = ToolRegistry::new();
-        let browser = Arc::new(
-            Browser::new(&policy.browser).map_err(|e| ServeError::Setup(e.to_string()))?,
-        );
+        let browser =
+            Arc::new(Browser::new(&policy.browser).map_err(|e| ServeError::Setup(e.to_string()))?);
         browser
             .register(&mut registry)
             .map_err(|e| ServeError::Setup(e.to_string()))?;

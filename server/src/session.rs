@@ -9,8 +9,9 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::ToolError;
@@ -57,20 +58,44 @@ pub struct Session {
     ephemeral: bool,
     last_used: Mutex<Instant>,
     in_flight: AtomicUsize,
+    scratch_root: Option<PathBuf>,
+    scratch: OnceLock<tempfile::TempDir>,
     /// Tool state. Lock it for the length of a call so calls in a session run in order.
     pub state: tokio::sync::Mutex<SessionState>,
 }
 
 impl Session {
-    fn new(id: String, tenant: TenantId, ephemeral: bool) -> Self {
+    fn new(id: String, tenant: TenantId, ephemeral: bool, scratch_root: Option<PathBuf>) -> Self {
         Self {
             id,
             tenant,
             ephemeral,
             last_used: Mutex::new(Instant::now()),
             in_flight: AtomicUsize::new(0),
+            scratch_root,
+            scratch: OnceLock::new(),
             state: tokio::sync::Mutex::new(SessionState::default()),
         }
+    }
+
+    /// The session's private scratch directory, created on first use (mode 0700, under the
+    /// policy's `sessions.scratch_root` or the system temporary directory) and deleted with
+    /// the session. The browser's downloads and the Python runners share it, as in Sibyl.
+    ///
+    /// # Errors
+    /// The I/O error if the directory cannot be created.
+    pub fn scratch_dir(&self) -> std::io::Result<&Path> {
+        if let Some(d) = self.scratch.get() {
+            return Ok(d.path());
+        }
+        let mut b = tempfile::Builder::new();
+        b.prefix("sibyl-session-");
+        let dir = match &self.scratch_root {
+            Some(root) => b.tempdir_in(root)?,
+            None => b.tempdir()?,
+        };
+        // A racing initialiser may win; its directory is used and ours is deleted on drop.
+        Ok(self.scratch.get_or_init(|| dir).path())
     }
 
     /// The session id (empty for an ephemeral one-call session).
@@ -164,7 +189,12 @@ impl SessionManager {
             )));
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let session = Arc::new(Session::new(id.clone(), tenant, false));
+        let session = Arc::new(Session::new(
+            id.clone(),
+            tenant,
+            false,
+            self.policy.scratch_root.clone(),
+        ));
         map.insert(id, session.clone());
         tracing::debug!(session = %session.id, "session opened");
         Ok(session)
@@ -176,7 +206,12 @@ impl SessionManager {
     /// [`ToolError::UnknownSession`] when the id is unknown or the session idled past its TTL.
     pub fn begin_call(&self, id: &str) -> Result<CallGuard, ToolError> {
         let session = if id.is_empty() {
-            Arc::new(Session::new(String::new(), TenantId::default(), true))
+            Arc::new(Session::new(
+                String::new(),
+                TenantId::default(),
+                true,
+                self.policy.scratch_root.clone(),
+            ))
         } else {
             let mut map = self.map()?;
             let Some(s) = map.get(id).cloned() else {
@@ -230,7 +265,11 @@ impl SessionManager {
         }
     }
 
-    fn remove_expired(map: &mut HashMap<String, Arc<Session>>, now: Instant, ttl: Duration) -> usize {
+    fn remove_expired(
+        map: &mut HashMap<String, Arc<Session>>,
+        now: Instant,
+        ttl: Duration,
+    ) -> usize {
         let before = map.len();
         map.retain(|_, s| s.in_flight.load(Ordering::Acquire) > 0 || s.idle_for(now) <= ttl);
         let n = before - map.len();
@@ -244,7 +283,8 @@ impl SessionManager {
     /// the manager is dropped.
     pub fn spawn_reaper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let weak = Arc::downgrade(self);
-        let period = (self.policy.idle_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let period =
+            (self.policy.idle_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -270,6 +310,7 @@ mod tests {
         SessionManager::new(SessionPolicy {
             idle_ttl: Duration::from_millis(ttl_ms),
             max_sessions: max,
+            scratch_root: None,
         })
     }
 
@@ -280,7 +321,10 @@ mod tests {
         assert_eq!(s.id().len(), 32);
         drop(m.begin_call(s.id()).expect("call"));
         m.close(s.id()).expect("close");
-        assert!(matches!(m.begin_call(s.id()), Err(ToolError::UnknownSession(_))));
+        assert!(matches!(
+            m.begin_call(s.id()),
+            Err(ToolError::UnknownSession(_))
+        ));
         assert!(matches!(m.close(s.id()), Err(ToolError::UnknownSession(_))));
     }
 
@@ -303,17 +347,47 @@ mod tests {
         let guard = m.begin_call(busy.id()).expect("call");
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(m.reap(), 1);
-        assert!(matches!(m.begin_call(idle.id()), Err(ToolError::UnknownSession(_))));
+        assert!(matches!(
+            m.begin_call(idle.id()),
+            Err(ToolError::UnknownSession(_))
+        ));
         drop(guard);
         assert!(m.begin_call(busy.id()).is_ok());
     }
 
     #[test]
+    fn scratch_dirs_are_private_and_freed_on_close() {
+        let root = tempfile::tempdir().expect("root");
+        let m = SessionManager::new(SessionPolicy {
+            idle_ttl: Duration::from_secs(60),
+            max_sessions: 4,
+            scratch_root: Some(root.path().to_path_buf()),
+        });
+        let a = m.open(TenantId::default()).expect("a");
+        let b = m.open(TenantId::default()).expect("b");
+        let da = a.scratch_dir().expect("dir a").to_path_buf();
+        let db = b.scratch_dir().expect("dir b").to_path_buf();
+        assert_ne!(da, db);
+        assert_eq!(a.scratch_dir().expect("again"), da.as_path());
+        assert!(da.starts_with(root.path()) && da.is_dir());
+        m.close(a.id()).expect("close");
+        drop(a);
+        assert!(!da.exists(), "closing a session deletes its scratch dir");
+        assert!(db.is_dir());
+    }
+
+    #[test]
     fn state_is_per_session() {
-        let a = Session::new("a".into(), TenantId::default(), false);
-        let b = Session::new("b".into(), TenantId::default(), false);
+        let a = Session::new("a".into(), TenantId::default(), false, None);
+        let b = Session::new("b".into(), TenantId::default(), false, None);
         *a.state.try_lock().expect("lock").get_or_default::<u32>() = 7;
-        assert_eq!(*b.state.try_lock().expect("lock").get_or_default::<u32>(), 0);
-        assert_eq!(*a.state.try_lock().expect("lock").get_or_default::<u32>(), 7);
+        assert_eq!(
+            *b.state.try_lock().expect("lock").get_or_default::<u32>(),
+            0
+        );
+        assert_eq!(
+            *a.state.try_lock().expect("lock").get_or_default::<u32>(),
+            7
+        );
     }
 }

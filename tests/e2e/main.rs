@@ -1,1 +1,2 @@
-fn main(){}
+//! End-to-end tests.
+fn main() {}

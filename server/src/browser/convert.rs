@@ -268,9 +268,17 @@ mod tests {
         );
         assert_eq!(r.title.as_deref(), Some("A & B"));
         assert!(r.text.contains("## Head"), "{}", r.text);
-        assert!(r.text.contains("Some *emph* and **bold** text."), "{}", r.text);
+        assert!(
+            r.text.contains("Some *emph* and **bold** text."),
+            "{}",
+            r.text
+        );
         assert!(r.text.contains("* one\n* two"), "{}", r.text);
-        assert!(!r.text.contains("SCRIPT") && !r.text.contains("color"), "{}", r.text);
+        assert!(
+            !r.text.contains("SCRIPT") && !r.text.contains("color"),
+            "{}",
+            r.text
+        );
     }
 
     #[test]
@@ -282,7 +290,10 @@ mod tests {
         let expect = "Read [the other page](https://example.com/other.html) now. js top";
         assert_eq!(r.text, expect);
         assert_eq!(r.hidden.len(), 1);
-        assert_eq!(&r.text[r.hidden[0].clone()], "https://example.com/other.html");
+        assert_eq!(
+            &r.text[r.hidden[0].clone()],
+            "https://example.com/other.html"
+        );
     }
 
     #[test]

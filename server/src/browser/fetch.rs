@@ -72,7 +72,10 @@ impl Fetcher {
         // reqwest is built without a default crypto provider; ring builds faster than
         // aws-lc. Installing twice is harmless (the second call returns Err).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let guard = Arc::new(AddressGuard::new(policy.allow.clone(), policy.block.clone()));
+        let guard = Arc::new(AddressGuard::new(
+            policy.allow.clone(),
+            policy.block.clone(),
+        ));
         let max_redirects = policy.max_redirects;
         let redirect_guard = guard.clone();
         let redirect = reqwest::redirect::Policy::custom(move |attempt| {
@@ -259,11 +262,13 @@ fn sniff_meta_charset(head: &[u8]) -> Option<&'static encoding_rs::Encoding> {
                 .collect();
             if let Some(enc) = encoding_rs::Encoding::for_label(&label) {
                 // A page declaring UTF-16 in ASCII-compatible bytes is really UTF-8 (HTML spec).
-                return Some(if enc == encoding_rs::UTF_16LE || enc == encoding_rs::UTF_16BE {
-                    encoding_rs::UTF_8
-                } else {
-                    enc
-                });
+                return Some(
+                    if enc == encoding_rs::UTF_16LE || enc == encoding_rs::UTF_16BE {
+                        encoding_rs::UTF_8
+                    } else {
+                        enc
+                    },
+                );
             }
         }
         from = end;
@@ -285,7 +290,10 @@ mod tests {
             parse_content_type("Text/HTML; Charset=\"ISO-8859-1\""),
             (Some("text/html".into()), Some("ISO-8859-1".into()))
         );
-        assert_eq!(parse_content_type("application/json"), (Some("application/json".into()), None));
+        assert_eq!(
+            parse_content_type("application/json"),
+            (Some("application/json".into()), None)
+        );
     }
 
     #[test]
@@ -293,7 +301,8 @@ mod tests {
         // Header charset wins.
         assert_eq!(decode_text(b"caf\xe9", Some("iso-8859-1"), false), "café");
         // Meta charset.
-        let html = b"<html><head><meta charset=\"windows-1252\"></head><body>na\xefve</body></html>";
+        let html =
+            b"<html><head><meta charset=\"windows-1252\"></head><body>na\xefve</body></html>";
         assert!(decode_text(html, None, true).contains("naïve"));
         let html = b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=shift_jis\">\x93\xfa\x96\x7b";
         assert!(decode_text(html, None, true).contains("日本"));
@@ -302,7 +311,11 @@ mod tests {
         // UTF-8 without declaration.
         assert_eq!(decode_text("żółw".as_bytes(), None, true), "żółw");
         // Undeclared legacy bytes: detector guess, never a failure.
-        let guessed = decode_text(b"Das ist ein sch\xf6ner Tag f\xfcr alle M\xe4dchen", None, false);
+        let guessed = decode_text(
+            b"Das ist ein sch\xf6ner Tag f\xfcr alle M\xe4dchen",
+            None,
+            false,
+        );
         assert!(guessed.contains("schöner"), "{guessed}");
     }
 }

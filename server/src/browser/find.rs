@@ -186,7 +186,10 @@ mod tests {
     fn case_punctuation_and_markup_insensitive() {
         let t = "The **Quick**, brown fox — jumped! Over *the* lazy dog.";
         assert_eq!(find(t, "quick brown"), vec!["Quick**, brown"]);
-        assert_eq!(find(t, "fox jumped over the"), vec!["fox — jumped! Over *the"]);
+        assert_eq!(
+            find(t, "fox jumped over the"),
+            vec!["fox — jumped! Over *the"]
+        );
         assert!(find(t, "brown cat").is_empty());
     }
 
@@ -216,21 +219,30 @@ mod tests {
         let idx = WordIndex::new(text, &[start..end]);
         let m = idx.find_all("the docs for more").expect("q");
         assert_eq!(m.len(), 1);
-        assert_eq!(&text[m[0].clone()], "the docs](https://x.org/docs) for more");
+        assert_eq!(
+            &text[m[0].clone()],
+            "the docs](https://x.org/docs) for more"
+        );
         assert!(idx.find_all("x org").expect("q").is_empty());
     }
 
     #[test]
     fn unicode_words() {
         assert_eq!(find("Große Straße in Köln", "STRASSE").len(), 0);
-        assert_eq!(find("Große Straße in Köln", "straße in köln"), vec!["Straße in Köln"]);
+        assert_eq!(
+            find("Große Straße in Köln", "straße in köln"),
+            vec!["Straße in Köln"]
+        );
     }
 
     #[test]
     fn bad_queries() {
         assert_eq!(compile_query("  ,.; ").err(), Some(QueryError::Empty));
         assert_eq!(compile_query("*").err(), Some(QueryError::Empty));
-        assert_eq!(compile_query(&"a ".repeat(600)).err(), Some(QueryError::TooLong));
+        assert_eq!(
+            compile_query(&"a ".repeat(600)).err(),
+            Some(QueryError::TooLong)
+        );
         // Regex metacharacters are literal.
         assert!(compile_query("a+b (c) [d] $").is_ok());
     }

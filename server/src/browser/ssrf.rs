@@ -70,7 +70,10 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
         Some("multicast")
     } else if ip.is_broadcast() || o[0] >= 240 {
         Some("reserved")
-    } else if ip.is_documentation() || (o[0] == 198 && (o[1] & 0xfe) == 18) || (o[0] == 192 && o[1] == 0 && o[2] == 0) {
+    } else if ip.is_documentation()
+        || (o[0] == 198 && (o[1] & 0xfe) == 18)
+        || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+    {
         Some("reserved")
     } else {
         None
@@ -117,7 +120,12 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
         return Some(tail());
     }
     if s[0] == 0x2002 {
-        return Some(Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8));
+        return Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ));
     }
     None
 }
@@ -275,7 +283,13 @@ mod tests {
         ] {
             assert_eq!(non_public_kind(ip(a)), Some(kind), "{a}");
         }
-        for a in ["93.184.216.34", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1"] {
+        for a in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "100.128.0.1",
+        ] {
             assert_eq!(non_public_kind(ip(a)), None, "{a}");
         }
     }
@@ -299,26 +313,47 @@ mod tests {
         let g = guard(&[], &[]);
         assert!(matches!(
             g.check_ip("x", ip("127.0.0.1")),
-            Err(Refusal::Private { kind: "loopback", .. })
+            Err(Refusal::Private {
+                kind: "loopback",
+                ..
+            })
         ));
         assert!(g.check_ip("x", ip("93.184.216.34")).is_ok());
         let u = |s: &str| url::Url::parse(s).expect("url");
         assert!(g.check_url(&u("http://127.0.0.1:8080/")).is_err());
-        assert!(g.check_url(&u("http://2130706433/")).is_err(), "decimal IPv4 form");
+        assert!(
+            g.check_url(&u("http://2130706433/")).is_err(),
+            "decimal IPv4 form"
+        );
         assert!(g.check_url(&u("http://0x7f.1/")).is_err(), "hex IPv4 form");
         assert!(g.check_url(&u("http://[::ffff:7f00:1]/")).is_err());
-        assert!(g.check_url(&u("http://169.254.169.254/latest/meta-data/")).is_err());
-        assert!(matches!(g.check_url(&u("file:///etc/passwd")), Err(Refusal::Scheme(_))));
-        assert!(matches!(g.check_url(&u("ftp://example.com/")), Err(Refusal::Scheme(_))));
+        assert!(
+            g.check_url(&u("http://169.254.169.254/latest/meta-data/"))
+                .is_err()
+        );
+        assert!(matches!(
+            g.check_url(&u("file:///etc/passwd")),
+            Err(Refusal::Scheme(_))
+        ));
+        assert!(matches!(
+            g.check_url(&u("ftp://example.com/")),
+            Err(Refusal::Scheme(_))
+        ));
     }
 
     #[test]
     fn allow_and_block_lists() {
-        let g = guard(&["127.0.0.1", "intranet.test"], &["evil.test", "93.184.216.0/24"]);
+        let g = guard(
+            &["127.0.0.1", "intranet.test"],
+            &["evil.test", "93.184.216.0/24"],
+        );
         assert!(g.check_ip("127.0.0.1", ip("127.0.0.1")).is_ok());
         assert!(g.check_ip("127.0.0.2", ip("127.0.0.2")).is_err());
         assert!(g.check_ip("intranet.test", ip("10.0.0.5")).is_ok());
-        assert!(matches!(g.check_name("evil.test"), Err(Refusal::Blocked(_))));
+        assert!(matches!(
+            g.check_name("evil.test"),
+            Err(Refusal::Blocked(_))
+        ));
         assert!(matches!(
             g.check_ip("example.com", ip("93.184.216.34")),
             Err(Refusal::Blocked(_))
