@@ -216,7 +216,8 @@ mod tests {
         let text = "see [the docs](https://x.org/docs) for more";
         let start = text.find("https").expect("url");
         let end = text.find(')').expect("paren");
-        let idx = WordIndex::new(text, &[start..end]);
+        let hidden: Vec<Range<usize>> = std::iter::once(start..end).collect();
+        let idx = WordIndex::new(text, &hidden);
         let m = idx.find_all("the docs for more").expect("q");
         assert_eq!(m.len(), 1);
         assert_eq!(

@@ -96,9 +96,7 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
         Some("link-local")
     } else if ip.is_multicast() {
         Some("multicast")
-    } else if s[0] == 0x2001 && s[1] == 0x0db8 {
-        Some("reserved")
-    } else if s[0] == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0 {
+    } else if (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] == 0x0100 && s[1..4] == [0, 0, 0]) {
         Some("reserved")
     } else {
         None

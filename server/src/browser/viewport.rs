@@ -11,7 +11,7 @@ use std::ops::Range;
 /// Byte ranges of `text`, one per viewport; an empty text has one empty viewport.
 pub fn split_pages(text: &str, viewport_size: usize) -> Vec<Range<usize>> {
     if text.is_empty() {
-        return vec![0..0];
+        return std::iter::once(0..0).collect();
     }
     let size = viewport_size.max(1);
     let max_extra = (size / 4).max(100);
@@ -109,7 +109,10 @@ mod tests {
 
     #[test]
     fn empty_text_is_one_empty_page() {
-        assert_eq!(split_pages("", 10), vec![0..0]);
+        assert_eq!(
+            split_pages("", 10),
+            std::iter::once(0..0).collect::<Vec<_>>()
+        );
     }
 
     #[test]
