@@ -68,9 +68,9 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
         Some("shared (CGNAT)")
     } else if ip.is_multicast() {
         Some("multicast")
-    } else if ip.is_broadcast() || o[0] >= 240 {
-        Some("reserved")
-    } else if ip.is_documentation()
+    } else if ip.is_broadcast()
+        || o[0] >= 240
+        || ip.is_documentation()
         || (o[0] == 198 && (o[1] & 0xfe) == 18)
         || (o[0] == 192 && o[1] == 0 && o[2] == 0)
     {
