@@ -137,6 +137,19 @@ impl<'a> Agent<'a> {
     /// unreachable tool server, or an unwritable trace.
     pub async fn ask(&mut self, question: &str) -> Result<Outcome, AgentError> {
         self.config.check()?;
+        let result = self.ask_checked(question).await;
+        if let Err(e) = &result
+            && !matches!(e, AgentError::Trace(_))
+        {
+            // Best effort: the trace says why it ends here.
+            let _ = self.trace.record(Event::Failed {
+                message: e.to_string(),
+            });
+        }
+        result
+    }
+
+    async fn ask_checked(&mut self, question: &str) -> Result<Outcome, AgentError> {
         self.trace.record(Event::Start {
             version: TRACE_VERSION,
             question: question.to_string(),

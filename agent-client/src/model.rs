@@ -199,6 +199,10 @@ struct ChoiceMessage {
 
 const MAX_ERROR_BODY: usize = 500;
 
+/// Largest response body read from the endpoint (a hostile or broken endpoint cannot make
+/// the agent buffer without bound).
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
 impl OpenAiModel {
     /// Builds the client; `cache` stores successful responses by full request.
     ///
@@ -259,16 +263,30 @@ impl OpenAiModel {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let text = match resp.text().await {
-            Ok(t) => t,
-            Err(e) if e.is_timeout() => {
-                return Ok(Err((
-                    format!("timed out after {:?} reading the body", self.config.timeout),
-                    None,
-                )));
+        let mut resp = resp;
+        let mut bytes: Vec<u8> = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                        return Err(ModelError::BadResponse(
+                            format!("the response is larger than {MAX_RESPONSE_BYTES} bytes"),
+                            url.into(),
+                        ));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => {
+                    return Ok(Err((
+                        format!("timed out after {:?} reading the body", self.config.timeout),
+                        None,
+                    )));
+                }
+                Err(e) => return Ok(Err((error_chain(&e), None))),
             }
-            Err(e) => return Ok(Err((error_chain(&e), None))),
-        };
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         if status.as_u16() == 429 || status.is_server_error() {
             return Ok(Err((
                 format!("HTTP {}: {}", status.as_u16(), excerpt(&text)),

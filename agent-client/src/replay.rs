@@ -28,6 +28,9 @@ pub enum ReplayError {
     /// The pipeline failed during the replay (a divergence included).
     #[error("{0}")]
     Agent(#[from] AgentError),
+    /// The traced run itself failed, so there is no answer to reproduce.
+    #[error("the traced run failed and has no answer: {0}")]
+    RecordedFailure(String),
     /// The replayed answer differs from the recorded one.
     #[error("replayed answer {replayed:?} differs from the recorded answer {recorded:?}")]
     Mismatch {
@@ -159,12 +162,25 @@ pub async fn replay(
         Event::Answer { answer } => Some(answer.clone()),
         _ => None,
     });
+    let recorded_failure = events.iter().rev().find_map(|e| match e {
+        Event::Failed { message } => Some(message.clone()),
+        _ => None,
+    });
     let model = ReplayModel::new(&events);
     let mut tools = ReplayTools::new(&events);
     let mut sink = Trace::in_memory();
-    let outcome = Agent::new(&model, &mut tools, config, &mut sink, progress)
+    let outcome = match Agent::new(&model, &mut tools, config, &mut sink, progress)
         .ask(&question)
-        .await?;
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => {
+            return Err(match recorded_failure {
+                Some(message) => ReplayError::RecordedFailure(message),
+                None => e.into(),
+            });
+        }
+    };
     if let Some(rec) = &recorded
         && *rec != outcome.answer
     {

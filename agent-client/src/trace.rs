@@ -114,6 +114,11 @@ pub enum Event {
         /// The outcome.
         outcome: VoteOutcome,
     },
+    /// The run failed (the model failed after its retries, the server went away).
+    Failed {
+        /// Why.
+        message: String,
+    },
     /// Last line: the final answer.
     Answer {
         /// The final answer, as printed.

@@ -458,6 +458,7 @@ async fn a_model_that_keeps_failing_is_a_clear_failure() {
     let model = start_model(vec![when(&[PLANNER]).status(503)]).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = fast_retry_config(dir.path(), 30);
+    let trace = dir.path().join("t.jsonl");
     let (code, out, err) = cli(&[
         "ask",
         "Anything?",
@@ -471,6 +472,8 @@ async fn a_model_that_keeps_failing_is_a_clear_failure() {
         "1",
         "--config",
         &config,
+        "--trace",
+        trace.to_str().expect("path"),
     ])
     .await;
     assert_eq!(code, 1);
@@ -480,6 +483,22 @@ async fn a_model_that_keeps_failing_is_a_clear_failure() {
         "{err}"
     );
     assert_eq!(model.seen().len(), 3);
+    // The trace ends by saying why, and replaying it says so too.
+    let events = trace_events(&trace);
+    let last = events.last().expect("events");
+    assert_eq!(last["event"], "failed");
+    assert!(
+        last["message"]
+            .as_str()
+            .expect("message")
+            .contains("HTTP 503")
+    );
+    let (code, out, err) = cli(&["replay", trace.to_str().expect("path")]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(
+        err.contains("the traced run failed") && err.contains("HTTP 503"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
