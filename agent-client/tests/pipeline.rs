@@ -747,3 +747,75 @@ async fn answers_a_computation_with_computer_terminal() {
     assert_eq!(last_line(&out), "15150");
     assert_eq!(model.count(IMPROVE), 1);
 }
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Figures for the report: wall time of `ask` (cold cache), `ask` again (warm cache) and
+/// `replay` over the two-step page question, through the real binary. Run with
+/// `cargo test -p sibyl-agent --test pipeline -- --ignored --nocapture bench_`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; prints figures"]
+async fn bench_ask_cached_ask_and_replay() {
+    let sibyl = start_sibyl().await;
+    let pages = start_pages().await;
+    let page_url = format!("{}{PAGE_PATH}", pages.url());
+    let model = start_model(tasman_rules(&page_url)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rounds = 5;
+    let (mut cold, mut warm, mut replay) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let cache = dir.path().join(format!("cache-{i}.sqlite"));
+        let trace = dir.path().join(format!("trace-{i}.jsonl"));
+        for pass in 0..2 {
+            let (server, base, cache, trace) =
+                (sibyl.url(), model.base_url(), cache.clone(), trace.clone());
+            let before = model.seen().len();
+            let t = Instant::now();
+            let out = tokio::task::spawn_blocking(move || {
+                agent_bin()
+                    .args(["ask", QUESTION, "--server", &server, "--votes", "1"])
+                    .arg("--trace")
+                    .arg(&trace)
+                    .arg("--cache")
+                    .arg(&cache)
+                    .env("OPENAI_BASE_URL", &base)
+                    .env("OPENAI_MODEL", "test-model")
+                    .output()
+                    .expect("ask")
+            })
+            .await
+            .expect("join");
+            let took = t.elapsed();
+            assert!(out.status.success());
+            let calls = model.seen().len() - before;
+            if pass == 0 {
+                assert_eq!(calls, 8);
+                cold.push(took);
+            } else {
+                assert_eq!(calls, 0);
+                warm.push(took);
+            }
+        }
+        let trace = dir.path().join(format!("trace-{i}.jsonl"));
+        let t = Instant::now();
+        let out = tokio::task::spawn_blocking(move || {
+            agent_bin().arg("replay").arg(&trace).output().expect("replay")
+        })
+        .await
+        .expect("join");
+        assert!(out.status.success());
+        replay.push(t.elapsed());
+    }
+    let size = std::fs::metadata(dir.path().join("trace-0.jsonl"))
+        .expect("trace")
+        .len();
+    println!(
+        "ask cold cache: {:?} median; ask warm cache: {:?}; replay: {:?} (of {rounds}); trace {size} bytes; 8 model calls cold, 0 warm",
+        median(cold),
+        median(warm),
+        median(replay)
+    );
+}
