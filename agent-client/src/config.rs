@@ -292,6 +292,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_parses_and_passes_the_checks() {
+        let f: ConfigFile =
+            toml::from_str(include_str!("../agent.example.toml")).expect("example parses");
+        let mut p = f.pipeline.expect("pipeline");
+        assert_eq!(p, PipelineConfig::default());
+        p.model = "m".into();
+        assert!(p.check().is_ok());
+        assert_eq!(f.model.max_retries, Some(4));
+    }
+
+    #[test]
     fn limits_are_checked_by_key() {
         let mut c = PipelineConfig {
             model: "m".into(),

@@ -561,6 +561,71 @@ async fn a_refusing_endpoint_fails_without_retries() {
 }
 
 #[tokio::test]
+async fn an_oversized_model_response_is_refused() {
+    let sibyl = start_sibyl().await;
+    let model = start_model(vec![when(&[PLANNER]).huge(17 << 20)]).await;
+    let (code, _out, err) = cli(&[
+        "ask",
+        "Big?",
+        "--server",
+        &sibyl.url(),
+        "--base-url",
+        &model.base_url(),
+        "--model",
+        "m",
+        "--no-cache",
+    ])
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("larger than 16777216 bytes"), "{err}");
+    assert_eq!(model.seen().len(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn arguments_the_server_refuses_reach_the_channel_as_a_failed_step() {
+    let sibyl = start_sibyl().await;
+    let model = start_model(vec![
+        when(&[PLANNER]).unless(&["NOTE-1"]).reply(&choose(
+            "visit_page",
+            json!({"url": "http://127.0.0.1:9/", "colour": "blue"}),
+        )),
+        when(&[
+            CHANNEL,
+            "The tool call failed: Error (InvalidArgument)",
+            "colour",
+        ])
+        .reply(
+            "Facts:\n  NOTE-1 visit_page takes only `url`.\nExplanation:\n  retry\nPlan:\n  stop",
+        ),
+        when(&[PLANNER, "NOTE-1"]).reply(&done()),
+        when(&[ACTOR]).reply("Answer: nothing"),
+        when(&[CRITIC]).reply("TERMINATE"),
+        when(&[FORMATTER]).reply("nothing"),
+    ])
+    .await;
+    let (code, out, err) = cli(&[
+        "ask",
+        "Visit with colour?",
+        "--server",
+        &sibyl.url(),
+        "--base-url",
+        &model.base_url(),
+        "--model",
+        "m",
+        "--votes",
+        "1",
+        "--no-cache",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}\nunmatched: {:?}", model.unmatched());
+    assert_eq!(last_line(&out), "nothing");
+    assert!(
+        err.contains("step 1: visit_page") && err.contains("-> error"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn ask_without_a_model_name_says_how_to_give_one() {
     let (code, _out, err) = cli(&[
         "ask",
@@ -802,7 +867,11 @@ async fn bench_ask_cached_ask_and_replay() {
         let trace = dir.path().join(format!("trace-{i}.jsonl"));
         let t = Instant::now();
         let out = tokio::task::spawn_blocking(move || {
-            agent_bin().arg("replay").arg(&trace).output().expect("replay")
+            agent_bin()
+                .arg("replay")
+                .arg(&trace)
+                .output()
+                .expect("replay")
         })
         .await
         .expect("join");

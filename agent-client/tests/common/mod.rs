@@ -132,6 +132,8 @@ pub enum Reply {
     Status(u16),
     /// Sleep, then a chat completion.
     Delayed(Duration, String),
+    /// A chat completion whose content is this many bytes of `x`.
+    Huge(usize),
 }
 
 /// A scripted reply: used when every `all` string occurs in the request's messages, no
@@ -180,6 +182,11 @@ impl Rule {
     /// Answers with an HTTP status.
     pub fn status(mut self, code: u16) -> Self {
         self.reply = Reply::Status(code);
+        self
+    }
+    /// Answers with `bytes` bytes of content.
+    pub fn huge(mut self, bytes: usize) -> Self {
+        self.reply = Reply::Huge(bytes);
         self
     }
     /// Sleeps, then answers.
@@ -309,6 +316,7 @@ async fn complete(State(state): State<Arc<Mutex<ModelState>>>, body: String) -> 
     };
     match reply {
         Some(Reply::Content(c)) => completion(c),
+        Some(Reply::Huge(n)) => completion("x".repeat(n)),
         Some(Reply::Delayed(d, c)) => {
             tokio::time::sleep(d).await;
             completion(c)
