@@ -88,8 +88,10 @@ impl Sibyl {
             self.registry.clone(),
             self.sessions.clone(),
             self.policy.server.max_concurrent_calls,
+            max_request,
         );
-        let tools = ToolServiceServer::new(service).max_decoding_message_size(max_request);
+        let tools = ToolServiceServer::new(service)
+            .max_decoding_message_size(ToolService::transport_limit(max_request));
         let shutdown = async move {
             shutdown.await;
             tracing::info!("shutting down: no new calls, draining in-flight calls");
