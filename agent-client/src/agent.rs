@@ -40,6 +40,9 @@ pub enum AgentError {
     /// The trace could not be written.
     #[error("{0}")]
     Trace(#[from] TraceError),
+    /// The question is empty.
+    #[error("the question is empty")]
+    EmptyQuestion,
     /// The configuration is invalid.
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
@@ -121,13 +124,14 @@ impl<'a> Agent<'a> {
         request: ChatRequest,
     ) -> Result<String, AgentError> {
         let response = self.model.complete(role, &request).await?;
+        let visible = crate::model::visible_text(&response);
         self.trace.record(Event::Model {
             run,
             role: role.to_string(),
             request,
-            response: response.clone(),
+            response,
         })?;
-        Ok(response)
+        Ok(visible)
     }
 
     /// Runs the whole pipeline on `question`: `votes` runs, the vote, the answer.
@@ -137,6 +141,9 @@ impl<'a> Agent<'a> {
     /// unreachable tool server, or an unwritable trace.
     pub async fn ask(&mut self, question: &str) -> Result<Outcome, AgentError> {
         self.config.check()?;
+        if question.trim().is_empty() {
+            return Err(AgentError::EmptyQuestion);
+        }
         let result = self.ask_checked(question).await;
         if let Err(e) = &result
             && !matches!(e, AgentError::Trace(_))

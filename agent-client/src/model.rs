@@ -353,6 +353,28 @@ impl Model for OpenAiModel {
     }
 }
 
+/// The part of a reply meant as the answer: `<think>…</think>` blocks of reasoning models
+/// (DeepSeek-R1, Qwen3 and others served through OpenAI-compatible endpoints) removed, so
+/// their deliberation cannot be mistaken for JSON, an answer or the jury's TERMINATE. An
+/// unclosed `<think>` hides the rest of the reply.
+#[must_use]
+pub fn visible_text(reply: &str) -> String {
+    let mut out = String::with_capacity(reply.len());
+    let mut rest = reply;
+    while let Some(start) = rest.find("<think>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</think>") {
+            Some(end) => rest = &rest[start + end + "</think>".len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn excerpt(s: &str) -> String {
     let one_line = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() > MAX_ERROR_BODY {
@@ -385,6 +407,17 @@ mod tests {
         assert_eq!(v["messages"][0]["role"], "system");
         assert_eq!(v["messages"][1]["content"], "hi");
         assert_eq!(v["seed"], 2);
+    }
+
+    #[test]
+    fn reasoning_blocks_are_not_part_of_the_answer() {
+        assert_eq!(
+            visible_text("<think>maybe {x}</think>\n{\"a\": 1}"),
+            "\n{\"a\": 1}"
+        );
+        assert_eq!(visible_text("a<think>1</think>b<think>2</think>c"), "abc");
+        assert_eq!(visible_text("plain"), "plain");
+        assert_eq!(visible_text("ok <think>never closed TERMINATE"), "ok ");
     }
 
     #[test]

@@ -317,6 +317,42 @@ async fn the_jury_corrects_a_wrong_draft() {
 }
 
 #[tokio::test]
+async fn reasoning_blocks_of_thinking_models_are_ignored() {
+    let sibyl = start_sibyl().await;
+    let model = start_model(vec![
+        when(&[PLANNER]).reply(&format!(
+            "<think>Maybe {{\"tool\": \"visit_page\"}}? No.</think>\n{}",
+            done()
+        )),
+        when(&[ACTOR]).unless(&["## Critic"]).reply("Answer: Paris"),
+        when(&[CRITIC]).unless(&["Answer: Lyon"]).reply(
+            "<think>Should I say TERMINATE? No, there is a flaw.</think>Flaw: it moved to Lyon.",
+        ),
+        when(&[ACTOR, "moved to Lyon"]).reply("<think>hmm</think>Answer: Lyon"),
+        when(&[CRITIC, "Answer: Lyon"]).reply("TERMINATE"),
+        when(&[FORMATTER, "Answer: Lyon"]).reply("<think>strip Answer:</think>Lyon"),
+    ])
+    .await;
+    let (code, out, err) = cli(&[
+        "ask",
+        "Where is Interpol?",
+        "--server",
+        &sibyl.url(),
+        "--base-url",
+        &model.base_url(),
+        "--model",
+        "m",
+        "--votes",
+        "1",
+        "--no-cache",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}\nunmatched: {:?}", model.unmatched());
+    assert_eq!(out, "Lyon\n");
+    assert_eq!(model.count(PLANNER), 1);
+}
+
+#[tokio::test]
 async fn the_vote_chooses_the_majority_of_independent_runs() {
     let sibyl = start_sibyl().await;
     let model = start_model(vec![
