@@ -123,7 +123,18 @@ impl<'a> Agent<'a> {
         role: &str,
         request: ChatRequest,
     ) -> Result<String, AgentError> {
-        let response = self.model.complete(role, &request).await?;
+        let response = match self.model.complete(role, &request).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.trace.record(Event::ModelFailed {
+                    run,
+                    role: role.to_string(),
+                    request,
+                    message: e.to_string(),
+                })?;
+                return Err(e.into());
+            }
+        };
         let visible = crate::model::visible_text(&response);
         self.trace.record(Event::Model {
             run,
@@ -184,7 +195,20 @@ impl<'a> Agent<'a> {
                     "[run 1/1]".to_string()
                 },
             };
-            runs.push(self.run(&ctx).await?);
+            match self.run(&ctx).await {
+                Ok(r) => runs.push(r),
+                // A model that still fails after its retries in a later run: the finished
+                // runs are kept and voted on (later runs would most likely fail the same
+                // way, so they are not tried).
+                Err(AgentError::Model(e)) if run > 0 => {
+                    self.say(&format!(
+                        "{} failed: {e}; voting on the {run} finished run(s)",
+                        ctx.label
+                    ));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
         let ballots: Vec<Ballot> = runs
             .iter()

@@ -106,6 +106,9 @@ pub enum ModelError {
     /// `replay`: the trace holds no response for this request (the run diverged).
     #[error("the trace has no model response for this {0} request (the replay diverged)")]
     NotInTrace(String),
+    /// `replay`: the traced run's request failed like this.
+    #[error("{0} (recorded in the trace)")]
+    Recorded(String),
     /// The response cache failed.
     #[error("response cache: {0}")]
     Cache(String),

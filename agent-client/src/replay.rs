@@ -43,23 +43,29 @@ pub enum ReplayError {
 
 /// Model replies from a trace, by exact request body (in order for repeated requests).
 pub struct ReplayModel {
-    replies: Mutex<HashMap<String, VecDeque<String>>>,
+    replies: Mutex<HashMap<String, VecDeque<Result<String, String>>>>,
 }
 
 impl ReplayModel {
     /// Collects the model events of `events`.
     #[must_use]
     pub fn new(events: &[Event]) -> Self {
-        let mut replies: HashMap<String, VecDeque<String>> = HashMap::new();
+        let mut replies: HashMap<String, VecDeque<Result<String, String>>> = HashMap::new();
         for e in events {
-            if let Event::Model {
-                request, response, ..
-            } = e
-            {
-                replies
+            match e {
+                Event::Model {
+                    request, response, ..
+                } => replies
                     .entry(request.body())
                     .or_default()
-                    .push_back(response.clone());
+                    .push_back(Ok(response.clone())),
+                Event::ModelFailed {
+                    request, message, ..
+                } => replies
+                    .entry(request.body())
+                    .or_default()
+                    .push_back(Err(message.clone())),
+                _ => {}
             }
         }
         Self {
@@ -75,10 +81,11 @@ impl Model for ReplayModel {
             .replies
             .lock()
             .map_err(|_| ModelError::NotInTrace(role.to_string()))?;
-        replies
-            .get_mut(&req.body())
-            .and_then(VecDeque::pop_front)
-            .ok_or_else(|| ModelError::NotInTrace(role.to_string()))
+        match replies.get_mut(&req.body()).and_then(VecDeque::pop_front) {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(message)) => Err(ModelError::Recorded(message)),
+            None => Err(ModelError::NotInTrace(role.to_string())),
+        }
     }
 }
 

@@ -68,6 +68,17 @@ pub enum Event {
         /// The reply text.
         response: String,
     },
+    /// One model call that failed (after its retries); `replay` fails it the same way.
+    ModelFailed {
+        /// Vote run (0-based).
+        run: usize,
+        /// The role.
+        role: String,
+        /// The request exactly as sent.
+        request: ChatRequest,
+        /// Why it failed.
+        message: String,
+    },
     /// One tool call.
     ToolCall {
         /// Vote run.

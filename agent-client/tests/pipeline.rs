@@ -538,6 +538,50 @@ async fn a_model_that_keeps_failing_is_a_clear_failure() {
 }
 
 #[tokio::test]
+async fn a_later_run_that_fails_keeps_the_finished_runs_and_replays() {
+    let sibyl = start_sibyl().await;
+    let model = start_model(vec![
+        when(&[PLANNER]).seed(2).status(500),
+        when(&[PLANNER]).reply(&done()),
+        when(&[ACTOR]).reply("Answer: 12"),
+        when(&[CRITIC]).reply("TERMINATE"),
+        when(&[FORMATTER]).reply("12"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = fast_retry_config(dir.path(), 30);
+    let trace = dir.path().join("t.jsonl");
+    let (code, out, err) = cli(&[
+        "ask",
+        "What is 3 times 4?",
+        "--server",
+        &sibyl.url(),
+        "--base-url",
+        &model.base_url(),
+        "--model",
+        "m",
+        "--config",
+        &config,
+        "--trace",
+        trace.to_str().expect("path"),
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "12\n");
+    assert!(err.contains("[run 3/3] failed: model request"), "{err}");
+    assert!(err.contains("voting on the 2 finished run(s)"), "{err}");
+    let events = trace_events(&trace);
+    assert_eq!(events_of(&events, "model_failed").len(), 1);
+    assert_eq!(events_of(&events, "vote")[0]["outcome"]["of"], 2);
+    // The replay meets the same failure at the same request and ends the same way.
+    model.server.stop().await;
+    let (code, out2, err) = cli(&["replay", trace.to_str().expect("path")]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out2, out);
+    assert!(err.contains("recorded in the trace"), "{err}");
+}
+
+#[tokio::test]
 async fn model_timeouts_are_retried_then_reported() {
     let sibyl = start_sibyl().await;
     let model = start_model(vec![
