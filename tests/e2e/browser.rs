@@ -234,6 +234,19 @@ async fn ssrf_is_refused_under_the_default_policy_and_on_redirects() {
         r.text
     );
     assert_eq!(pages.hits(), 1, "only the redirecting request was made");
+    // Redirects to private and metadata addresses are refused before any connection.
+    for (target, kind) in [
+        ("http://10.0.0.1/", "private"),
+        ("http://169.254.169.254/latest/meta-data/", "cloud-metadata"),
+        ("http://[fd00:ec2::254]/", "unique-local"),
+    ] {
+        let url = pages.url(&format!("/redirect?to={target}"));
+        let r = call(&mut c, "", "visit_page", json!({"url": url}))
+            .await
+            .expect("call");
+        assert!(r.is_error && r.text.contains(kind), "{target}: {}", r.text);
+    }
+    assert_eq!(pages.hits(), 4);
     // An allowed redirect is followed and the final address shown.
     let url = pages.url(&format!("/redirect?to={}", pages.url("/other")));
     let v = parse_view(&ok(&mut c, "", "visit_page", json!({"url": url})).await);

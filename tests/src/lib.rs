@@ -423,6 +423,9 @@ impl PageServer {
             .await
             .expect("bind page server");
         let addr = listener.local_addr().expect("addr");
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
