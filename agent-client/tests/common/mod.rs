@@ -92,7 +92,8 @@ pub const PAGE_PATH: &str = "/new-zealand.html";
 
 /// Serves the fixture page on 127.0.0.1.
 pub async fn start_pages() -> Running {
-    let page: &'static str = include_str!("../fixtures/new-zealand-wikipedia.html");
+    let page: &'static str =
+        include_str!("../../../tests/fixtures/pages/readability-wikipedia-2/source.html");
     let app = Router::new().route(
         PAGE_PATH,
         get(move || async move {
