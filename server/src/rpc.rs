@@ -13,6 +13,7 @@ use crate::registry::{CallContext, Origin, ToolRegistry};
 use crate::session::{SessionManager, TenantId};
 
 /// The service implementation shared by all connections.
+#[derive(Clone)]
 pub struct ToolService {
     registry: ToolRegistry,
     sessions: Arc<SessionManager>,
@@ -36,7 +37,10 @@ impl ToolService {
         }
     }
 
-    async fn call(&self, req: pb::CallToolRequest) -> Result<pb::CallToolResponse, ToolError> {
+    pub(crate) async fn call(
+        &self,
+        req: pb::CallToolRequest,
+    ) -> Result<pb::CallToolResponse, ToolError> {
         let tool = self
             .registry
             .get(&req.tool)
@@ -83,6 +87,19 @@ impl ToolService {
 
 #[tonic::async_trait]
 impl pb::tool_service_server::ToolService for ToolService {
+    type CallToolStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::CallToolEvent, Status>>;
+
+    async fn call_tool_stream(
+        &self,
+        req: Request<pb::CallToolRequest>,
+    ) -> Result<Response<Self::CallToolStreamStream>, Status> {
+        Ok(Response::new(crate::runner::stream::call_streamed(
+            self.clone(),
+            req.into_inner(),
+        )))
+    }
+
     async fn list_tools(
         &self,
         _req: Request<pb::ListToolsRequest>,
