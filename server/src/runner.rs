@@ -13,6 +13,7 @@
 pub mod policy;
 pub mod stream;
 pub mod subprocess;
+pub mod wasm;
 pub mod tools;
 
 use std::time::Duration;
@@ -105,21 +106,25 @@ tokio::task_local! {
     /// Where a streamed call (`CallToolStream`) wants output chunks. Set by the RPC layer
     /// around the tool call; runners send to it when it is set. A closed receiver (client
     /// gone) is ignored: the run goes on and its result is dropped.
-    pub static OUTPUT_SINK: tokio::sync::mpsc::Sender<OutputChunk>;
+    /// The channel is unbounded; what it can hold is bounded by `runner.max_output_bytes`.
+    pub static OUTPUT_SINK: tokio::sync::mpsc::UnboundedSender<OutputChunk>;
+}
+
+/// The current call's stream, if the call is streamed.
+pub(crate) fn sink() -> Option<tokio::sync::mpsc::UnboundedSender<OutputChunk>> {
+    OUTPUT_SINK.try_with(|tx| tx.clone()).ok()
 }
 
 /// Sends a chunk to the current call's stream, if the call is streamed.
-pub(crate) async fn emit(stream: StreamKind, data: &[u8]) {
+pub(crate) fn emit(stream: StreamKind, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    if let Ok(tx) = OUTPUT_SINK.try_with(|tx| tx.clone()) {
-        let _ = tx
-            .send(OutputChunk {
-                stream,
-                data: data.to_vec(),
-            })
-            .await;
+    if let Some(tx) = sink() {
+        let _ = tx.send(OutputChunk {
+            stream,
+            data: data.to_vec(),
+        });
     }
 }
 
@@ -176,3 +181,35 @@ pub(crate) fn lossy(bytes: &[u8]) -> String {
 pub(crate) fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// Bytes and entries under `roots` (not following symlinks), counting at most `max_entries`
+/// entries: the disk watchdog that bounds what a run may write in its writable directories
+/// (`runner.max_disk_bytes`), checked a few times a second while code runs.
+pub(crate) fn disk_usage(roots: &[&std::path::Path], max_entries: usize) -> (u64, usize) {
+    let mut bytes = 0u64;
+    let mut entries = 0usize;
+    let mut stack: Vec<std::path::PathBuf> = roots.iter().map(|r| r.to_path_buf()).collect();
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            entries += 1;
+            if entries > max_entries {
+                return (bytes, entries);
+            }
+            if let Ok(md) = e.metadata() {
+                // Allocated size, so sparse files count for what they take.
+                use std::os::unix::fs::MetadataExt;
+                bytes = bytes.saturating_add(md.blocks().saturating_mul(512));
+                if md.is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    (bytes, entries)
+}
+
+/// Entries the disk watchdog walks before it calls the directory full.
+pub(crate) const MAX_DISK_ENTRIES: usize = 20_000;

@@ -57,6 +57,8 @@ pub mod raw {
         pub memory_mb: u64,
         /// Largest `code` argument, bytes.
         pub max_code_bytes: u64,
+        /// Bytes a session may keep in its writable directories.
+        pub max_disk_bytes: u64,
         /// `[runner.subprocess]`.
         pub subprocess: Subprocess,
         /// `[runner.wasm]`.
@@ -72,6 +74,7 @@ pub mod raw {
                 max_output_bytes: 1 << 20,
                 memory_mb: 512,
                 max_code_bytes: 256 << 10,
+                max_disk_bytes: 256 << 20,
                 subprocess: Subprocess::default(),
                 wasm: Wasm::default(),
             }
@@ -214,6 +217,10 @@ pub struct RunnerPolicy {
     pub memory_bytes: u64,
     /// Largest `code` argument in bytes; larger is `INVALID_ARGUMENT`.
     pub max_code_bytes: usize,
+    /// Bytes (allocated) a run may leave in the session's scratch directory and its private
+    /// `/tmp` together, checked ~5 times a second while code runs; more stops the code with
+    /// the `disk` limit. Files the code wrote stay (the agent may delete them).
+    pub max_disk_bytes: u64,
     /// The subprocess runner.
     pub subprocess: SubprocessPolicy,
     /// The WASM runner.
@@ -428,6 +435,13 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
             16 << 20,
         )?)
         .unwrap_or(usize::MAX),
+        max_disk_bytes: range(
+            origin,
+            "runner.max_disk_bytes",
+            raw.max_disk_bytes,
+            1 << 20,
+            1 << 40,
+        )?,
         subprocess: SubprocessPolicy {
             enabled: s.enabled,
             python,

@@ -22,7 +22,7 @@ pub fn call_streamed(
 ) -> ReceiverStream<Result<pb::CallToolEvent, Status>> {
     let (tx, rx) = mpsc::channel::<Result<pb::CallToolEvent, Status>>(BUFFER);
     tokio::spawn(async move {
-        let (chunk_tx, mut chunk_rx) = mpsc::channel::<OutputChunk>(BUFFER);
+        let (chunk_tx, mut chunk_rx) = mpsc::unbounded_channel::<OutputChunk>();
         let fwd = tx.clone();
         let forward = async move {
             while let Some(c) = chunk_rx.recv().await {

@@ -44,6 +44,7 @@ pub struct SubprocessRunner {
     timeout: Duration,
     max_output: usize,
     memory_bytes: u64,
+    max_disk: u64,
     supported: HashMap<Protection, bool>,
     unavailable: Option<String>,
     next_uid: AtomicU32,
@@ -72,6 +73,7 @@ impl SubprocessRunner {
             timeout: policy.timeout,
             max_output: policy.max_output_bytes,
             memory_bytes: policy.memory_bytes,
+            max_disk: policy.max_disk_bytes,
             supported: HashMap::new(),
             unavailable: None,
             next_uid: AtomicU32::new(0),
@@ -271,7 +273,11 @@ async fn collect(
     mut stderr: tokio::process::ChildStderr,
     deadline: tokio::time::Instant,
     cap: usize,
+    scratch: &Path,
+    max_disk: u64,
 ) -> Collected {
+    let mut watchdog = tokio::time::interval(Duration::from_millis(200));
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut c = Collected {
         out: Vec::new(),
         err: Vec::new(),
@@ -295,6 +301,19 @@ async fn collect(
                 c.limit = Some(LimitHit::Time);
                 break;
             }
+            _ = watchdog.tick() => {
+                let root = scratch.to_path_buf();
+                let (bytes, entries) = tokio::task::spawn_blocking(move || {
+                    super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
+                })
+                .await
+                .unwrap_or((0, 0));
+                if bytes > max_disk || entries > super::MAX_DISK_ENTRIES {
+                    c.limit = Some(LimitHit::Disk);
+                    break;
+                }
+                continue;
+            }
         };
         let (buf, data) = match stream {
             StreamKind::Stdout => (&mut c.out, &b1[..n]),
@@ -303,7 +322,7 @@ async fn collect(
         let room = cap.saturating_sub(buf.len());
         let keep = &data[..n.min(room)];
         buf.extend_from_slice(keep);
-        emit(stream, keep).await;
+        emit(stream, keep);
         if n > room {
             c.limit = Some(LimitHit::Output);
             c.truncated = true;
@@ -400,7 +419,15 @@ impl Runner for SubprocessRunner {
             let _ = stdin.write_all(&code).await;
             drop(stdin);
         });
-        let collected = collect(stdout, stderr, deadline, self.max_output).await;
+        let collected = collect(
+            stdout,
+            stderr,
+            deadline,
+            self.max_output,
+            &scratch,
+            self.max_disk,
+        )
+        .await;
         let mut limit = collected.limit;
         if limit.is_some() {
             let _ = child.start_kill();

@@ -28,7 +28,7 @@ impl Runners {
         Self {
             policy: policy.clone(),
             subprocess: Arc::new(SubprocessRunner::new(policy)),
-            wasm: None,
+            wasm: Some(Arc::new(super::wasm::WasmRunner::new(policy))),
         }
     }
 
