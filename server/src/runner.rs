@@ -13,8 +13,8 @@
 pub mod policy;
 pub mod stream;
 pub mod subprocess;
-pub mod wasm;
 pub mod tools;
+pub mod wasm;
 
 use std::time::Duration;
 

@@ -62,7 +62,10 @@ fn report(name: &str, wall: &mut [f64], inner: &mut [f64]) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(50);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50);
     let policy = sibyl_server::Policy::from_toml(
         "[sessions]\nmax_sessions = 4096\n[runner]\ndefault = \"wasm\"\n",
         "bench",
@@ -75,7 +78,10 @@ async fn main() -> anyhow::Result<()> {
     let code = "print(sum(range(10)))";
     let t = Instant::now();
     call(&mut c, "", "wasm", "pass").await;
-    println!("first WASM call (module load from cache or compile): {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "first WASM call (module load from cache or compile): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
 
     // Baseline: plain python3 -c, no sandbox.
     for py in ["/usr/bin/python3"] {
@@ -103,7 +109,11 @@ async fn main() -> anyhow::Result<()> {
             i.push(b);
         }
         let fresh = report("WASM fresh instance (gRPC)", &mut w, &mut i);
-        let s = c.open_session(pb::OpenSessionRequest {}).await?.into_inner().session_id;
+        let s = c
+            .open_session(pb::OpenSessionRequest {})
+            .await?
+            .into_inner()
+            .session_id;
         call(&mut c, &s, "wasm", "x = 0").await;
         let (mut w, mut i) = (Vec::new(), Vec::new());
         for _ in 0..(n * 4) {
@@ -146,14 +156,21 @@ async fn main() -> anyhow::Result<()> {
         for t in tasks {
             total += t.await?;
         }
-        println!("{runner:<10} 8 concurrent sessions: {:.0} calls/s", total as f64 / 5.0);
+        println!(
+            "{runner:<10} 8 concurrent sessions: {:.0} calls/s",
+            total as f64 / 5.0
+        );
     }
 
     // Memory per idle WASM session (an interpreter that ran one turn).
     let before = rss_kib();
     let k = 20;
     for _ in 0..k {
-        let s = c.open_session(pb::OpenSessionRequest {}).await?.into_inner().session_id;
+        let s = c
+            .open_session(pb::OpenSessionRequest {})
+            .await?
+            .into_inner()
+            .session_id;
         call(&mut c, &s, "wasm", "x = 1").await;
     }
     let after = rss_kib();
@@ -166,7 +183,11 @@ async fn main() -> anyhow::Result<()> {
     );
     let before = rss_kib();
     for _ in 0..k {
-        let s = c.open_session(pb::OpenSessionRequest {}).await?.into_inner().session_id;
+        let s = c
+            .open_session(pb::OpenSessionRequest {})
+            .await?
+            .into_inner()
+            .session_id;
         call(&mut c, &s, "wasm", "import numpy").await;
     }
     let after = rss_kib();

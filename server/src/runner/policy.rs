@@ -518,27 +518,19 @@ mod tests {
 
     #[test]
     fn bad_keys_are_named() {
-        let e = parse("timeout_ms = 5").err().expect("refused");
+        let e = parse("timeout_ms = 5").expect_err("refused");
         assert!(e.contains("runner.timeout_ms"), "{e}");
-        let e = parse("default = \"docker\"").err().expect("refused");
+        let e = parse("default = \"docker\"").expect_err("refused");
         assert!(e.contains("runner.default"), "{e}");
-        let e = parse("default = \"wasm\"\nallowed = [\"subprocess\"]")
-            .err()
-            .expect("refused");
+        let e = parse("default = \"wasm\"\nallowed = [\"subprocess\"]").expect_err("refused");
         assert!(e.contains("not in runner.allowed"), "{e}");
-        let e = parse("[subprocess]\npython = \"/opt/py/bin/python3\"")
-            .err()
-            .expect("refused");
+        let e = parse("[subprocess]\npython = \"/opt/py/bin/python3\"").expect_err("refused");
         assert!(e.contains("runner.subprocess.python"), "{e}");
-        let e = parse("[subprocess]\nrequire = [\"seccomp2\"]")
-            .err()
-            .expect("refused");
+        let e = parse("[subprocess]\nrequire = [\"seccomp2\"]").expect_err("refused");
         assert!(e.contains("runner.subprocess.require[0]"), "{e}");
-        let e = parse("[subprocess]\nro_binds = [\"/\"]")
-            .err()
-            .expect("refused");
+        let e = parse("[subprocess]\nro_binds = [\"/\"]").expect_err("refused");
         assert!(e.contains("ro_binds[0]"), "{e}");
-        let e = parse("[wasm]\nfuell = 3").err().expect("refused");
+        let e = parse("[wasm]\nfuell = 3").expect_err("refused");
         assert!(e.contains("fuell"), "{e}");
     }
 }

@@ -37,8 +37,7 @@ pub fn call_streamed(
         let run = async move {
             // The scope (and with it the chunk sender) ends with this statement, which
             // closes the chunk channel and lets `forward` finish.
-            let r = OUTPUT_SINK.scope(chunk_tx, service.call(req)).await;
-            r
+            OUTPUT_SINK.scope(chunk_tx, service.call(req)).await
         };
         let (result, ()) = tokio::join!(run, forward);
         let last = match result {

@@ -21,8 +21,7 @@
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -210,8 +209,7 @@ type Compiled = Result<Module, String>;
 /// The WASM runner (see the module docs).
 pub struct WasmRunner {
     engine: Engine,
-    module: Arc<tokio::sync::OnceCell<Compiled>>,
-    compiling: Arc<Mutex<Option<std::thread::JoinHandle<Compiled>>>>,
+    module: Arc<OnceLock<Compiled>>,
     artifact_dir: PathBuf,
     timeout: Duration,
     max_output: usize,
@@ -219,17 +217,58 @@ pub struct WasmRunner {
     max_disk: u64,
     fuel: Option<u64>,
     unavailable: Option<String>,
-    ticker_alive: Arc<AtomicBool>,
 }
 
-impl Drop for WasmRunner {
-    fn drop(&mut self) {
-        self.ticker_alive.store(false, Ordering::Relaxed);
-    }
+/// An engine and its module, shared by every runner of this process with the same module,
+/// fuel setting and cache (several servers in one test process load the module once).
+#[derive(Clone)]
+struct Shared {
+    engine: Engine,
+    module: Arc<OnceLock<Compiled>>,
 }
+
+type SharedKey = (PathBuf, bool, PathBuf);
+
+static SHARED: Mutex<Vec<(SharedKey, Shared)>> = Mutex::new(Vec::new());
 
 /// Serializes compilations in this process: each needs ~2 GB and both cores.
 static COMPILE_LOCK: Mutex<()> = Mutex::new(());
+
+/// The shared engine and module for `key`, made (engine, epoch ticker, background load) on
+/// first use.
+fn shared(key: SharedKey) -> Result<Shared, String> {
+    let mut table = SHARED
+        .lock()
+        .map_err(|_| "runner table poisoned".to_string())?;
+    if let Some((_, s)) = table.iter().find(|(k, _)| *k == key) {
+        return Ok(s.clone());
+    }
+    let (wasm_file, fuel, cache_dir) = key.clone();
+    let engine = make_engine(fuel, &cache_dir)?;
+    let module = Arc::new(OnceLock::new());
+    let compile_engine = engine.clone();
+    let slot = module.clone();
+    std::thread::Builder::new()
+        .name("sibyl-wasm-compile".into())
+        .spawn(move || {
+            let _ = slot.set(load_module(&compile_engine, &wasm_file));
+        })
+        .map_err(|e| format!("cannot start the compile thread: {e}"))?;
+    // One epoch ticker per engine, for the life of the process.
+    let tick_engine = engine.clone();
+    std::thread::Builder::new()
+        .name("sibyl-wasm-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(TICK);
+                tick_engine.increment_epoch();
+            }
+        })
+        .map_err(|e| format!("cannot start the epoch thread: {e}"))?;
+    let s = Shared { engine, module };
+    table.push((key, s.clone()));
+    Ok(s)
+}
 
 impl WasmRunner {
     /// Builds the engine and starts loading the module (from the compilation cache, or
@@ -241,58 +280,37 @@ impl WasmRunner {
             .cache_dir
             .clone()
             .unwrap_or_else(|| artifact_dir.join("cache"));
-        let alive = Arc::new(AtomicBool::new(true));
-        let mut unavailable = None;
-        let engine = match make_engine(wp.fuel.is_some(), &cache_dir) {
-            Ok(e) => e,
-            Err(e) => {
-                unavailable = Some(format!("cannot configure wasmtime: {e}"));
-                Engine::default()
-            }
-        };
         let wasm_file = artifact_dir.join("python-snapshot.wasm");
+        let mut unavailable = None;
         if !wp.enabled {
             unavailable = Some("disabled by runner.wasm.enabled = false".into());
-        } else if unavailable.is_none()
-            && !(wasm_file.is_file() && artifact_dir.join("lib/python315.zip").is_file())
-        {
+        } else if !(wasm_file.is_file() && artifact_dir.join("lib/python315.zip").is_file()) {
             unavailable = Some(format!(
                 "the {ARTIFACT_SET} artifacts are not installed in {} (run scripts/setup)",
                 artifact_dir.display()
             ));
         }
-        let compiling = Arc::new(Mutex::new(None));
-        if unavailable.is_none() {
-            let compile_engine = engine.clone();
-            let handle = std::thread::Builder::new()
-                .name("sibyl-wasm-compile".into())
-                .spawn(move || load_module(&compile_engine, &wasm_file));
-            match handle {
-                Ok(h) => {
-                    if let Ok(mut c) = compiling.lock() {
-                        *c = Some(h);
-                    }
+        let sh = if unavailable.is_none() {
+            match shared((wasm_file, wp.fuel.is_some(), cache_dir)) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    unavailable = Some(format!("cannot set up wasmtime: {e}"));
+                    None
                 }
-                Err(e) => unavailable = Some(format!("cannot start the compile thread: {e}")),
             }
-            let engine = engine.clone();
-            let alive = alive.clone();
-            let _ = std::thread::Builder::new()
-                .name("sibyl-wasm-epoch".into())
-                .spawn(move || {
-                    while alive.load(Ordering::Relaxed) {
-                        std::thread::sleep(TICK);
-                        engine.increment_epoch();
-                    }
-                });
-        }
+        } else {
+            None
+        };
         if let Some(u) = &unavailable {
             tracing::warn!(runner = NAME, reason = %u, "runner unavailable");
         }
+        let sh = sh.unwrap_or_else(|| Shared {
+            engine: Engine::default(),
+            module: Arc::new(OnceLock::new()),
+        });
         Self {
-            engine,
-            module: Arc::new(tokio::sync::OnceCell::new()),
-            compiling,
+            engine: sh.engine,
+            module: sh.module,
             artifact_dir,
             timeout: policy.timeout,
             max_output: policy.max_output_bytes,
@@ -300,31 +318,21 @@ impl WasmRunner {
             max_disk: policy.max_disk_bytes,
             fuel: wp.fuel,
             unavailable,
-            ticker_alive: alive,
         }
     }
 
-    /// The compiled module, waiting for the background load the first time.
+    /// The compiled module, waiting for the background load the first time (polled, so a
+    /// call given up while waiting leaves nothing behind).
     async fn module(&self) -> Result<&Module, RunnerError> {
-        let compiled = self
-            .module
-            .get_or_init(|| async {
-                let handle = self.compiling.lock().ok().and_then(|mut c| c.take());
-                match handle {
-                    Some(h) => tokio::task::spawn_blocking(move || {
-                        h.join()
-                            .unwrap_or_else(|_| Err("the compile thread panicked".into()))
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("compile task failed: {e}"))),
-                    None => Err("no module loading was started".into()),
-                }
-            })
-            .await;
-        compiled.as_ref().map_err(|e| RunnerError::Unavailable {
-            runner: NAME,
-            reason: e.clone(),
-        })
+        loop {
+            if let Some(compiled) = self.module.get() {
+                return compiled.as_ref().map_err(|e| RunnerError::Unavailable {
+                    runner: NAME,
+                    reason: e.clone(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn instantiate(&self, scratch: &Path) -> Result<Interp, RunnerError> {
@@ -407,13 +415,16 @@ impl WasmRunner {
             .map_err(|e| start(format!("cannot link WASI: {e}")))?;
         // The guest's tool bridge: no tools here.
         linker
-            .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 { -1 })
+            .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
+                -1
+            })
             .map_err(|e| start(format!("cannot link host.call: {e}")))?;
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let instance = tokio::time::timeout_at(deadline, linker.instantiate_async(&mut store, module))
-            .await
-            .map_err(|_| start("instantiation timed out".into()))?
-            .map_err(|e| start(format!("cannot instantiate: {e}")))?;
+        let instance =
+            tokio::time::timeout_at(deadline, linker.instantiate_async(&mut store, module))
+                .await
+                .map_err(|_| start("instantiation timed out".into()))?
+                .map_err(|e| start(format!("cannot instantiate: {e}")))?;
         let mut interp = Interp {
             store,
             instance,
@@ -426,7 +437,12 @@ impl WasmRunner {
         }
         // Start in the scratch directory; this turn's output is not the caller's.
         let t = self
-            .turn(&mut interp, "import os\nos.chdir('/scratch')\n", deadline, None)
+            .turn(
+                &mut interp,
+                "import os\nos.chdir('/scratch')\n",
+                deadline,
+                None,
+            )
             .await;
         if t.exit_code != Some(0) {
             return Err(start(format!(
@@ -546,11 +562,18 @@ fn make_engine(fuel: bool, cache_dir: &Path) -> Result<Engine, String> {
 }
 
 fn load_module(engine: &Engine, wasm: &Path) -> Compiled {
-    let _guard = COMPILE_LOCK.lock().map_err(|_| "compile lock poisoned".to_string())?;
+    let _guard = COMPILE_LOCK
+        .lock()
+        .map_err(|_| "compile lock poisoned".to_string())?;
     let started = Instant::now();
     tracing::info!(runner = NAME, module = %wasm.display(), "loading the Python module (compiled once into the cache; the first time takes a minute or more)");
-    let m = Module::from_file(engine, wasm).map_err(|e| format!("cannot compile {}: {e}", wasm.display()))?;
-    tracing::info!(runner = NAME, secs = started.elapsed().as_secs_f64(), "Python module ready");
+    let m = Module::from_file(engine, wasm)
+        .map_err(|e| format!("cannot compile {}: {e}", wasm.display()))?;
+    tracing::info!(
+        runner = NAME,
+        secs = started.elapsed().as_secs_f64(),
+        "Python module ready"
+    );
     Ok(m)
 }
 
