@@ -569,6 +569,28 @@ async fn bombs(runner: &str) {
             &["open_files"],
         )
         .await;
+    } else {
+        // WASI files are host descriptors of the server (this process): the guest's memory
+        // cap ends the loop, and every descriptor is closed with the call.
+        let fds = || {
+            std::fs::read_dir("/proc/self/fd")
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        let before = fds();
+        let r = py(
+            &mut c,
+            "",
+            runner,
+            "open('f', 'w').close()\nfs = []\nwhile True: fs.append(open('f'))",
+        )
+        .await;
+        assert!(r.is_error, "{}", r.text);
+        let after = fds();
+        assert!(
+            after <= before + 16,
+            "descriptors leaked: {before} -> {after}"
+        );
     }
     // Many small files: the disk watchdog counts entries too.
     limited(

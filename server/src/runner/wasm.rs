@@ -26,7 +26,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
-use wasmtime::{Engine, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{
+    Engine, Instance, InstancePre, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
+};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -210,6 +212,7 @@ type Compiled = Result<Module, String>;
 pub struct WasmRunner {
     engine: Engine,
     module: Arc<OnceLock<Compiled>>,
+    pre: OnceLock<InstancePre<Host>>,
     artifact_dir: PathBuf,
     timeout: Duration,
     max_output: usize,
@@ -311,6 +314,7 @@ impl WasmRunner {
         Self {
             engine: sh.engine,
             module: sh.module,
+            pre: OnceLock::new(),
             artifact_dir,
             timeout: policy.timeout,
             max_output: policy.max_output_bytes,
@@ -410,21 +414,18 @@ impl WasmRunner {
             }
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
-        let mut linker: Linker<Host> = Linker::new(&self.engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)
-            .map_err(|e| start(format!("cannot link WASI: {e}")))?;
-        // The guest's tool bridge: no tools here.
-        linker
-            .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
-                -1
-            })
-            .map_err(|e| start(format!("cannot link host.call: {e}")))?;
+        let pre = match self.pre.get() {
+            Some(p) => p,
+            None => {
+                let p = make_pre(&self.engine, module).map_err(start)?;
+                self.pre.get_or_init(|| p)
+            }
+        };
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let instance =
-            tokio::time::timeout_at(deadline, linker.instantiate_async(&mut store, module))
-                .await
-                .map_err(|_| start("instantiation timed out".into()))?
-                .map_err(|e| start(format!("cannot instantiate: {e}")))?;
+        let instance = tokio::time::timeout_at(deadline, pre.instantiate_async(&mut store))
+            .await
+            .map_err(|_| start("instantiation timed out".into()))?
+            .map_err(|e| start(format!("cannot instantiate: {e}")))?;
         let mut interp = Interp {
             store,
             instance,
@@ -542,6 +543,22 @@ struct TurnResult {
     limit: Option<LimitHit>,
     dead: bool,
     trap: Option<String>,
+}
+
+/// Links WASI preview 1 and the guest's `host.call` tool bridge (answering -1: no tools)
+/// and type-checks the module's imports once; instances are then made from it.
+fn make_pre(engine: &Engine, module: &Module) -> Result<InstancePre<Host>, String> {
+    let mut linker: Linker<Host> = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)
+        .map_err(|e| format!("cannot link WASI: {e}"))?;
+    linker
+        .func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
+            -1
+        })
+        .map_err(|e| format!("cannot link host.call: {e}"))?;
+    linker
+        .instantiate_pre(module)
+        .map_err(|e| format!("cannot link the module: {e}"))
 }
 
 fn make_engine(fuel: bool, cache_dir: &Path) -> Result<Engine, String> {
