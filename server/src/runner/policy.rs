@@ -142,6 +142,8 @@ pub mod raw {
         pub cache_dir: String,
         /// Fuel per call (0: off).
         pub fuel: u64,
+        /// Load the module at server start.
+        pub preload: bool,
     }
 
     impl Default for Wasm {
@@ -151,6 +153,7 @@ pub mod raw {
                 artifact_dir: String::new(),
                 cache_dir: String::new(),
                 fuel: 0,
+                preload: false,
             }
         }
     }
@@ -266,6 +269,8 @@ pub struct WasmPolicy {
     pub cache_dir: Option<PathBuf>,
     /// Fuel per call; `None` when off.
     pub fuel: Option<u64>,
+    /// Load (or compile) the module at server start rather than at the first WASM call.
+    pub preload: bool,
 }
 
 fn invalid(origin: &str, key: &str, message: String) -> PolicyError {
@@ -494,6 +499,7 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
                     u64::MAX,
                 )?)
             },
+            preload: w.preload,
         },
     })
 }

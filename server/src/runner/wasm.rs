@@ -212,6 +212,7 @@ type Compiled = Result<Module, String>;
 pub struct WasmRunner {
     engine: Engine,
     module: Arc<OnceLock<Compiled>>,
+    shared: Shared,
     pre: OnceLock<InstancePre<Host>>,
     artifact_dir: PathBuf,
     timeout: Duration,
@@ -228,6 +229,8 @@ pub struct WasmRunner {
 struct Shared {
     engine: Engine,
     module: Arc<OnceLock<Compiled>>,
+    load: Arc<std::sync::Once>,
+    wasm_file: PathBuf,
 }
 
 type SharedKey = (PathBuf, bool, PathBuf);
@@ -249,14 +252,6 @@ fn shared(key: SharedKey) -> Result<Shared, String> {
     let (wasm_file, fuel, cache_dir) = key.clone();
     let engine = make_engine(fuel, &cache_dir)?;
     let module = Arc::new(OnceLock::new());
-    let compile_engine = engine.clone();
-    let slot = module.clone();
-    std::thread::Builder::new()
-        .name("sibyl-wasm-compile".into())
-        .spawn(move || {
-            let _ = slot.set(load_module(&compile_engine, &wasm_file));
-        })
-        .map_err(|e| format!("cannot start the compile thread: {e}"))?;
     // One epoch ticker per engine, for the life of the process.
     let tick_engine = engine.clone();
     std::thread::Builder::new()
@@ -268,14 +263,42 @@ fn shared(key: SharedKey) -> Result<Shared, String> {
             }
         })
         .map_err(|e| format!("cannot start the epoch thread: {e}"))?;
-    let s = Shared { engine, module };
+    let s = Shared {
+        engine,
+        module,
+        load: Arc::new(std::sync::Once::new()),
+        wasm_file,
+    };
     table.push((key, s.clone()));
     Ok(s)
 }
 
+impl Shared {
+    /// Starts loading the module (from the cache, or compiling it) in a background thread,
+    /// once per process.
+    fn start_loading(&self) {
+        self.load.call_once(|| {
+            let engine = self.engine.clone();
+            let slot = self.module.clone();
+            let wasm_file = self.wasm_file.clone();
+            let spawned = std::thread::Builder::new()
+                .name("sibyl-wasm-compile".into())
+                .spawn(move || {
+                    let _ = slot.set(load_module(&engine, &wasm_file));
+                });
+            if let Err(e) = spawned {
+                let _ = self
+                    .module
+                    .set(Err(format!("cannot start the compile thread: {e}")));
+            }
+        });
+    }
+}
+
 impl WasmRunner {
-    /// Builds the engine and starts loading the module (from the compilation cache, or
-    /// compiling it once) in a background thread.
+    /// Builds the engine. The module is loaded (from the compilation cache, or compiled
+    /// once) in a background thread at the first WASM call, or now with
+    /// `runner.wasm.preload = true`.
     pub fn new(policy: &RunnerPolicy) -> Self {
         let wp = &policy.wasm;
         let artifact_dir = wp.artifact_dir.clone().unwrap_or_else(default_artifact_dir);
@@ -310,10 +333,16 @@ impl WasmRunner {
         let sh = sh.unwrap_or_else(|| Shared {
             engine: Engine::default(),
             module: Arc::new(OnceLock::new()),
+            load: Arc::new(std::sync::Once::new()),
+            wasm_file: PathBuf::new(),
         });
+        if wp.preload && unavailable.is_none() {
+            sh.start_loading();
+        }
         Self {
-            engine: sh.engine,
-            module: sh.module,
+            engine: sh.engine.clone(),
+            module: sh.module.clone(),
+            shared: sh,
             pre: OnceLock::new(),
             artifact_dir,
             timeout: policy.timeout,
@@ -328,6 +357,7 @@ impl WasmRunner {
     /// The compiled module, waiting for the background load the first time (polled, so a
     /// call given up while waiting leaves nothing behind).
     async fn module(&self) -> Result<&Module, RunnerError> {
+        self.shared.start_loading();
         loop {
             if let Some(compiled) = self.module.get() {
                 return compiled.as_ref().map_err(|e| RunnerError::Unavailable {
