@@ -14,6 +14,7 @@ pub mod error;
 pub mod policy;
 pub mod registry;
 pub mod rpc;
+pub mod runner;
 pub mod server;
 pub mod session;
 

@@ -62,6 +62,7 @@ mod raw {
         pub server: Server,
         pub sessions: Sessions,
         pub browser: Browser,
+        pub runner: crate::runner::policy::raw::Runner,
     }
 
     #[derive(Debug, Deserialize)]
@@ -140,6 +141,8 @@ pub struct Policy {
     pub sessions: SessionPolicy,
     /// The text browser.
     pub browser: BrowserPolicy,
+    /// The Python runners (`[runner]`, see [`crate::runner::policy`]).
+    pub runner: crate::runner::RunnerPolicy,
 }
 
 /// Server-wide limits (`[server]`).
@@ -318,6 +321,7 @@ impl Policy {
             });
         }
         Ok(Policy {
+            runner: crate::runner::policy::check(&raw.runner, origin)?,
             server: ServerPolicy {
                 max_concurrent_calls: to_usize(range(
                     "server.max_concurrent_calls",

@@ -13,6 +13,7 @@ use crate::registry::{CallContext, Origin, ToolRegistry};
 use crate::session::{SessionManager, TenantId};
 
 /// The service implementation shared by all connections.
+#[derive(Clone)]
 pub struct ToolService {
     registry: ToolRegistry,
     sessions: Arc<SessionManager>,
@@ -46,7 +47,10 @@ impl ToolService {
         max_request_bytes.saturating_mul(4).max(4 << 20)
     }
 
-    async fn call(&self, req: pb::CallToolRequest) -> Result<pb::CallToolResponse, ToolError> {
+    pub(crate) async fn call(
+        &self,
+        req: pb::CallToolRequest,
+    ) -> Result<pb::CallToolResponse, ToolError> {
         let size = prost::Message::encoded_len(&req);
         if size > self.max_request_bytes {
             return Err(ToolError::ResourceExhausted(format!(
@@ -100,6 +104,19 @@ impl ToolService {
 
 #[tonic::async_trait]
 impl pb::tool_service_server::ToolService for ToolService {
+    type CallToolStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::CallToolEvent, Status>>;
+
+    async fn call_tool_stream(
+        &self,
+        req: Request<pb::CallToolRequest>,
+    ) -> Result<Response<Self::CallToolStreamStream>, Status> {
+        Ok(Response::new(crate::runner::stream::call_streamed(
+            self.clone(),
+            req.into_inner(),
+        )))
+    }
+
     async fn list_tools(
         &self,
         _req: Request<pb::ListToolsRequest>,

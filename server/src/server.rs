@@ -51,6 +51,10 @@ impl Sibyl {
         browser
             .register(&mut registry)
             .map_err(|e| ServeError::Setup(e.to_string()))?;
+        let runners = Arc::new(crate::runner::tools::Runners::new(&policy.runner));
+        runners
+            .register(&mut registry)
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
         let sessions = Arc::new(SessionManager::new(policy.sessions.clone()));
         Ok(Self {
             registry,

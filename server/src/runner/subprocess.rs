@@ -1,0 +1,484 @@
+//! The subprocess runner: the host's `python3` inside a bubblewrap sandbox.
+//!
+//! Each call runs
+//! `prlimit <rlimits> -- setpriv --reuid U --regid U --clear-groups --inh-caps=-all
+//! --no-new-privs -- bwrap --unshare-{user,pid,net,ipc,uts} --die-with-parent … python3 -u -`
+//! with the code on stdin, where `U` is an unprivileged host uid of its own for each session
+//! (`runner.subprocess.uid_base` + n), so the process limit counts only that session and the
+//! sandbox owns nothing on the host but its scratch directory. Inside: a read-only bind of
+//! `ro_binds` (default `/usr` and the merged-/usr symlinks), a private `/proc` of its own PID
+//! namespace, a minimal `/dev`, a size-capped tmpfs `/tmp`, the session's scratch directory
+//! at `/scratch` (the working directory, the only writable host path), an empty environment
+//! but `PATH`, `HOME`, `TMPDIR`, `LANG`, no capabilities and no network (its own network
+//! namespace has only a down loopback). At the deadline, or when output passes its cap, the
+//! outer bwrap is killed with SIGKILL; `--die-with-parent` kills the namespace's init and the
+//! kernel kills every process of the PID namespace with it, so no orphan survives a call.
+//! Variables do not persist between calls of this runner (files in `/scratch` do).
+//!
+//! Not applied yet: seccomp and Landlock filters (the namespaces and the unprivileged uid
+//! are the boundary); the startup report says so.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::policy::{Protection, RunnerKind, SubprocessPolicy};
+use super::{LimitHit, RunOutcome, Runner, RunnerError, StreamKind, emit, lossy, millis};
+use crate::session::Session;
+
+const NAME: &str = "subprocess";
+
+/// The sandbox uid of a session, kept in its state map.
+#[derive(Default)]
+struct SandboxUser {
+    uid: Option<u32>,
+}
+
+/// The subprocess runner (see the module docs).
+pub struct SubprocessRunner {
+    policy: SubprocessPolicy,
+    timeout: Duration,
+    max_output: usize,
+    memory_bytes: u64,
+    max_disk: u64,
+    supported: HashMap<Protection, bool>,
+    unavailable: Option<String>,
+    next_uid: AtomicU32,
+    symlinks: Vec<(String, String)>,
+}
+
+impl SubprocessRunner {
+    /// Builds the runner and probes which protections this host supports (a few short
+    /// sandbox starts, logged at `info`). A protection listed in
+    /// `runner.subprocess.require` that the host lacks makes the runner unavailable; one
+    /// that is missing but not required is left out of the sandbox and logged at `warn`.
+    pub fn new(policy: &super::RunnerPolicy) -> Self {
+        let sp = policy.subprocess.clone();
+        let mut symlinks = Vec::new();
+        for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let p = Path::new("/").join(top);
+            if let Ok(target) = std::fs::read_link(&p) {
+                let t = target.to_string_lossy().into_owned();
+                let abs = Path::new("/").join(&target);
+                if sp.ro_binds.iter().any(|b| abs.starts_with(b)) {
+                    symlinks.push((t, format!("/{top}")));
+                }
+            }
+        }
+        let mut me = Self {
+            timeout: policy.timeout,
+            max_output: policy.max_output_bytes,
+            memory_bytes: policy.memory_bytes,
+            max_disk: policy.max_disk_bytes,
+            supported: HashMap::new(),
+            unavailable: None,
+            next_uid: AtomicU32::new(0),
+            symlinks,
+            policy: sp,
+        };
+        if !me.policy.enabled {
+            me.unavailable = Some("disabled by runner.subprocess.enabled = false".into());
+            return me;
+        }
+        for (tool, path) in [
+            ("bwrap", me.policy.bwrap.clone()),
+            ("python", me.policy.python.clone()),
+            ("prlimit", PathBuf::from("/usr/bin/prlimit")),
+            ("setpriv", PathBuf::from("/usr/bin/setpriv")),
+        ] {
+            if !path.is_file() {
+                me.unavailable = Some(format!(
+                    "{tool} not found at {} (scripts/setup installs bubblewrap)",
+                    path.display()
+                ));
+                tracing::warn!(runner = NAME, reason = ?me.unavailable, "runner unavailable");
+                return me;
+            }
+        }
+        me.probe();
+        me
+    }
+
+    fn probe(&mut self) {
+        let scratch = match tempfile::Builder::new().prefix("sibyl-probe-").tempdir() {
+            Ok(d) => d,
+            Err(e) => {
+                self.unavailable = Some(format!("cannot make a probe directory: {e}"));
+                return;
+            }
+        };
+        let uid = self.policy.uid_base;
+        let _ = std::os::unix::fs::chown(scratch.path(), Some(uid), Some(uid));
+        // The base sandbox (user + mount namespaces) is needed for anything to run.
+        let all: Vec<Protection> = Protection::ALL.to_vec();
+        let try_with = |me: &Self, prot: &[Protection]| -> bool {
+            let mut cmd = me.command(scratch.path(), uid, prot);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let std_cmd = cmd.as_std_mut();
+            std_cmd.arg("-c").arg("pass");
+            matches!(std_cmd.status(), Ok(s) if s.success())
+        };
+        if try_with(self, &all) {
+            for p in Protection::ALL {
+                self.supported.insert(p, true);
+            }
+        } else {
+            let base = [Protection::UserNamespace, Protection::MountNamespace];
+            let base_ok = try_with(self, &base);
+            for p in Protection::ALL {
+                let ok = if base.contains(&p) {
+                    base_ok
+                } else {
+                    base_ok && try_with(self, &[base[0], base[1], p])
+                };
+                self.supported.insert(p, ok);
+            }
+        }
+        let report: Vec<String> = Protection::ALL
+            .iter()
+            .map(|p| format!("{}={}", p.as_str(), if self.has(*p) { "yes" } else { "NO" }))
+            .collect();
+        tracing::info!(
+            runner = NAME,
+            protections = %report.join(" "),
+            seccomp = "not applied",
+            landlock = "not applied",
+            "subprocess sandbox protections on this host"
+        );
+        let missing: Vec<&str> = self
+            .policy
+            .require
+            .iter()
+            .filter(|p| !self.has(**p))
+            .map(|p| p.as_str())
+            .collect();
+        if !missing.is_empty() {
+            self.unavailable = Some(format!(
+                "this host lacks required protections: {} (runner.subprocess.require)",
+                missing.join(", ")
+            ));
+            tracing::warn!(runner = NAME, reason = ?self.unavailable, "runner refused");
+        } else if !self.has(Protection::UserNamespace) || !self.has(Protection::MountNamespace) {
+            self.unavailable = Some("bubblewrap cannot create a sandbox on this host".into());
+        }
+    }
+
+    fn has(&self, p: Protection) -> bool {
+        self.supported.get(&p).copied().unwrap_or(false)
+    }
+
+    /// Protections in force for runs (those the host supports).
+    pub fn protections(&self) -> Vec<Protection> {
+        Protection::ALL
+            .into_iter()
+            .filter(|p| self.has(*p))
+            .collect()
+    }
+
+    /// The full sandbox command, reading the program from stdin (`python3 -u -`) unless the
+    /// caller appends other arguments.
+    fn command(&self, scratch: &Path, uid: u32, prot: &[Protection]) -> tokio::process::Command {
+        let p = &self.policy;
+        let cpu_secs = self.timeout.as_secs() + 1;
+        let mut cmd = tokio::process::Command::new("/usr/bin/prlimit");
+        if prot.contains(&Protection::Rlimits) {
+            cmd.arg(format!("--nproc={}", p.max_processes))
+                .arg(format!("--as={}", self.memory_bytes))
+                .arg(format!("--fsize={}", p.max_file_bytes))
+                .arg(format!("--nofile={}", p.max_open_files))
+                .arg(format!("--cpu={cpu_secs}"))
+                .arg("--core=0");
+        }
+        cmd.arg("--")
+            .arg("/usr/bin/setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .arg("--inh-caps=-all")
+            .arg("--no-new-privs")
+            .arg("--")
+            .arg(&p.bwrap);
+        if prot.contains(&Protection::UserNamespace) {
+            cmd.arg("--unshare-user");
+        }
+        if prot.contains(&Protection::PidNamespace) {
+            cmd.arg("--unshare-pid");
+        }
+        if prot.contains(&Protection::NetNamespace) {
+            cmd.arg("--unshare-net");
+        }
+        if prot.contains(&Protection::IpcNamespace) {
+            cmd.arg("--unshare-ipc");
+        }
+        cmd.args([
+            "--unshare-uts",
+            "--hostname",
+            "sandbox",
+            "--unshare-cgroup-try",
+        ])
+        .args(["--die-with-parent", "--new-session"]);
+        for b in &p.ro_binds {
+            cmd.arg("--ro-bind").arg(b).arg(b);
+        }
+        for (target, link) in &self.symlinks {
+            cmd.args(["--symlink", target, link]);
+        }
+        cmd.args(["--proc", "/proc", "--dev", "/dev"])
+            .arg("--size")
+            .arg(p.tmp_bytes.to_string())
+            .args(["--tmpfs", "/tmp"])
+            .arg("--bind")
+            .arg(scratch)
+            .arg("/scratch")
+            .args(["--chdir", "/scratch", "--clearenv"])
+            .args(["--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"])
+            .args(["--setenv", "HOME", "/scratch"])
+            .args(["--setenv", "TMPDIR", "/tmp"])
+            .args(["--setenv", "LANG", "C.UTF-8"])
+            .args(["--setenv", "PYTHONDONTWRITEBYTECODE", "1"])
+            .args(["--cap-drop", "ALL", "--"])
+            .arg(&p.python)
+            .arg("-u");
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir("/")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    fn session_uid(&self, user: &mut SandboxUser) -> u32 {
+        *user.uid.get_or_insert_with(|| {
+            let n = self.next_uid.fetch_add(1, Ordering::Relaxed) % self.policy.uid_count;
+            self.policy.uid_base.saturating_add(n)
+        })
+    }
+}
+
+/// Reads both pipes until EOF, the deadline or the output cap.
+struct Collected {
+    out: Vec<u8>,
+    err: Vec<u8>,
+    limit: Option<LimitHit>,
+    truncated: bool,
+}
+
+async fn collect(
+    mut stdout: tokio::process::ChildStdout,
+    mut stderr: tokio::process::ChildStderr,
+    deadline: tokio::time::Instant,
+    cap: usize,
+    scratch: &Path,
+    max_disk: u64,
+) -> Collected {
+    let mut watchdog = tokio::time::interval(Duration::from_millis(200));
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut c = Collected {
+        out: Vec::new(),
+        err: Vec::new(),
+        limit: None,
+        truncated: false,
+    };
+    let (mut out_done, mut err_done) = (false, false);
+    let mut b1 = vec![0u8; 16 << 10];
+    let mut b2 = vec![0u8; 16 << 10];
+    while !(out_done && err_done) {
+        let (stream, n) = tokio::select! {
+            r = stdout.read(&mut b1), if !out_done => match r {
+                Ok(0) | Err(_) => { out_done = true; continue; }
+                Ok(n) => (StreamKind::Stdout, n),
+            },
+            r = stderr.read(&mut b2), if !err_done => match r {
+                Ok(0) | Err(_) => { err_done = true; continue; }
+                Ok(n) => (StreamKind::Stderr, n),
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                c.limit = Some(LimitHit::Time);
+                break;
+            }
+            _ = watchdog.tick() => {
+                let root = scratch.to_path_buf();
+                let (bytes, entries) = tokio::task::spawn_blocking(move || {
+                    super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
+                })
+                .await
+                .unwrap_or((0, 0));
+                if bytes > max_disk || entries > super::MAX_DISK_ENTRIES {
+                    c.limit = Some(LimitHit::Disk);
+                    break;
+                }
+                continue;
+            }
+        };
+        let (buf, data) = match stream {
+            StreamKind::Stdout => (&mut c.out, &b1[..n]),
+            StreamKind::Stderr => (&mut c.err, &b2[..n]),
+        };
+        let room = cap.saturating_sub(buf.len());
+        let keep = &data[..n.min(room)];
+        buf.extend_from_slice(keep);
+        emit(stream, keep);
+        if n > room {
+            c.limit = Some(LimitHit::Output);
+            c.truncated = true;
+            break;
+        }
+    }
+    c
+}
+
+/// Names the limit a failed run most likely hit, from its exit and the end of its stderr.
+fn classify(exit_code: Option<i32>, signal: Option<i32>, stderr: &[u8]) -> Option<LimitHit> {
+    const SIGXCPU: i32 = 24;
+    const SIGXFSZ: i32 = 25;
+    match signal {
+        Some(SIGXCPU) => return Some(LimitHit::Time),
+        Some(SIGXFSZ) => return Some(LimitHit::Disk),
+        _ => {}
+    }
+    if exit_code == Some(0) {
+        return None;
+    }
+    let tail = &stderr[stderr.len().saturating_sub(4096)..];
+    let tail = String::from_utf8_lossy(tail);
+    let last = tail
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    if last.contains("MemoryError") || tail.contains("Cannot allocate memory") {
+        Some(LimitHit::Memory)
+    } else if last.contains("Resource temporarily unavailable")
+        || last.contains("can't start new thread")
+    {
+        Some(LimitHit::Processes)
+    } else if last.contains("File too large") || last.contains("No space left on device") {
+        Some(LimitHit::Disk)
+    } else if last.contains("Too many open files") {
+        Some(LimitHit::OpenFiles)
+    } else {
+        None
+    }
+}
+
+#[async_trait::async_trait]
+impl Runner for SubprocessRunner {
+    fn kind(&self) -> RunnerKind {
+        RunnerKind::Subprocess
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.unavailable.clone()
+    }
+
+    async fn run(&self, session: &Session, code: &str) -> Result<RunOutcome, RunnerError> {
+        if let Some(reason) = &self.unavailable {
+            return Err(RunnerError::Unavailable {
+                runner: NAME,
+                reason: reason.clone(),
+            });
+        }
+        let start_err = |reason: String| RunnerError::Start {
+            runner: NAME,
+            reason,
+        };
+        // Calls in a session run one at a time.
+        let mut state = session.state.lock().await;
+        let uid = self.session_uid(state.get_or_default::<SandboxUser>());
+        let scratch = session
+            .scratch_dir()
+            .map_err(|e| start_err(format!("cannot create the scratch directory: {e}")))?
+            .to_path_buf();
+        std::os::unix::fs::chown(&scratch, Some(uid), Some(uid))
+            .map_err(|e| start_err(format!("cannot hand the scratch directory over: {e}")))?;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut cmd = self.command(&scratch, uid, &self.protections());
+        cmd.arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| start_err(format!("cannot start bubblewrap: {e}")))?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.start_kill();
+            return Err(start_err("pipes missing".into()));
+        };
+        // The program is read whole before it runs; a write that fails means the sandbox
+        // died early, which the exit status reports.
+        let code = code.as_bytes().to_vec();
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&code).await;
+            drop(stdin);
+        });
+        let collected = collect(
+            stdout,
+            stderr,
+            deadline,
+            self.max_output,
+            &scratch,
+            self.max_disk,
+        )
+        .await;
+        let mut limit = collected.limit;
+        if limit.is_some() {
+            let _ = child.start_kill();
+        }
+        let status = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                limit = limit.or(Some(LimitHit::Time));
+                let _ = child.start_kill();
+                child.wait().await.ok()
+            }
+        };
+        writer.abort();
+        let duration = started.elapsed();
+        use std::os::unix::process::ExitStatusExt;
+        let (mut exit_code, mut signal) = match status {
+            Some(s) => (s.code(), s.signal()),
+            None => (None, None),
+        };
+        // bwrap reports a signal-killed child as exit status 128 + signal.
+        if let Some(c) = exit_code
+            && c > 128
+            && c < 128 + 65
+            && limit.is_none()
+        {
+            signal = Some(c - 128);
+            exit_code = None;
+        }
+        if limit.is_some() {
+            exit_code = None;
+        } else {
+            limit = classify(exit_code, signal, &collected.err);
+        }
+        tracing::debug!(
+            runner = NAME,
+            uid,
+            ms = millis(duration),
+            ?exit_code,
+            ?signal,
+            limit = limit.map(|l| l.as_str()),
+            "run"
+        );
+        Ok(RunOutcome {
+            runner: RunnerKind::Subprocess,
+            stdout: lossy(&collected.out),
+            stderr: lossy(&collected.err),
+            exit_code,
+            signal,
+            duration_ms: millis(duration),
+            limit,
+            truncated: collected.truncated,
+        })
+    }
+}
