@@ -62,6 +62,7 @@ mod raw {
         pub server: Server,
         pub sessions: Sessions,
         pub browser: Browser,
+        pub plugins: crate::plugin::policy::RawPlugins,
     }
 
     #[derive(Debug, Deserialize)]
@@ -140,6 +141,8 @@ pub struct Policy {
     pub sessions: SessionPolicy,
     /// The text browser.
     pub browser: BrowserPolicy,
+    /// WebAssembly plugin tools (`[plugins]`).
+    pub plugins: crate::plugin::policy::PluginsPolicy,
 }
 
 /// Server-wide limits (`[server]`).
@@ -196,7 +199,11 @@ pub struct HostRules {
 }
 
 impl HostRules {
-    fn parse(entries: &[String], origin: &str, key: &str) -> Result<Self, PolicyError> {
+    pub(crate) fn parse(
+        entries: &[String],
+        origin: &str,
+        key: &str,
+    ) -> Result<Self, PolicyError> {
         let mut rules = HostRules::default();
         for (i, raw) in entries.iter().enumerate() {
             let e = raw.trim().to_ascii_lowercase();
@@ -390,6 +397,7 @@ impl Policy {
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
             },
+            plugins: crate::plugin::policy::check(&raw.plugins, origin)?,
         })
     }
 }
