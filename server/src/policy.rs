@@ -199,11 +199,7 @@ pub struct HostRules {
 }
 
 impl HostRules {
-    pub(crate) fn parse(
-        entries: &[String],
-        origin: &str,
-        key: &str,
-    ) -> Result<Self, PolicyError> {
+    pub(crate) fn parse(entries: &[String], origin: &str, key: &str) -> Result<Self, PolicyError> {
         let mut rules = HostRules::default();
         for (i, raw) in entries.iter().enumerate() {
             let e = raw.trim().to_ascii_lowercase();

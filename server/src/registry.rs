@@ -227,20 +227,27 @@ impl ToolRegistry {
         diagnostics: Vec<Diagnostic>,
     ) -> Vec<Diagnostic> {
         self.update(|t| {
-            t.tools.retain(|_, tool| tool.descriptor().origin != Origin::Plugin);
+            t.tools
+                .retain(|_, tool| tool.descriptor().origin != Origin::Plugin);
             t.diagnostics = diagnostics;
             let mut conflicts = Vec::new();
             for (source, tool) in tools {
                 let name = tool.descriptor().name.clone();
-                if t.tools.contains_key(&name) {
-                    let d = Diagnostic {
-                        source,
-                        message: format!("tool `{name}` skipped: the name is already taken"),
-                    };
-                    t.diagnostics.push(d.clone());
-                    conflicts.push(d);
-                } else {
-                    t.tools.insert(name, tool);
+                match t.tools.entry(name) {
+                    std::collections::btree_map::Entry::Occupied(e) => {
+                        let d = Diagnostic {
+                            source,
+                            message: format!(
+                                "tool `{}` skipped: the name is already taken",
+                                e.key()
+                            ),
+                        };
+                        t.diagnostics.push(d.clone());
+                        conflicts.push(d);
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(tool);
+                    }
                 }
             }
             conflicts

@@ -223,7 +223,9 @@ pub mod http {
             match e {
                 HttpError::Denied(m) => crate::ToolError::Denied(m),
                 HttpError::Timeout(m) => crate::ToolError::Timeout(m),
-                HttpError::TooLarge(m) => crate::ToolError::Failed(format!("response too large: {m}")),
+                HttpError::TooLarge(m) => {
+                    crate::ToolError::Failed(format!("response too large: {m}"))
+                }
                 HttpError::Failed(m) => crate::ToolError::Failed(m),
             }
         }

@@ -21,7 +21,9 @@ impl Tool for Echo {
     const NAME: &'static str = "testkit_echo";
     const DESCRIPTION: &'static str = "Returns the text it is given (a trivial tool for tests).";
     fn call(a: EchoArgs) -> Result<ToolResult, ToolError> {
-        Ok(ToolResult::text(a.text.repeat(a.times.unwrap_or(1).min(1000) as usize)))
+        Ok(ToolResult::text(
+            a.text.repeat(a.times.unwrap_or(1).min(1000) as usize),
+        ))
     }
 }
 

@@ -286,7 +286,10 @@ fn store(
                 FsPerms::ReadOnly
             };
             b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
-                RunError::Setup(format!("cannot open granted path {}: {e}", p.host.display()))
+                RunError::Setup(format!(
+                    "cannot open granted path {}: {e}",
+                    p.host.display()
+                ))
             })?;
         }
     }

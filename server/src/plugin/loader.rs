@@ -22,6 +22,9 @@ use crate::registry::{
 /// Largest plugin file accepted, in bytes.
 pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 
+/// A plugin file's path, length and modification time: what the watcher compares.
+type FileStamp = (PathBuf, u64, Option<SystemTime>);
+
 /// Compiled code and what it says about itself, shared by every plugin file with that hash.
 struct Compiled {
     pre: PluginPre<HostState>,
@@ -38,7 +41,7 @@ pub struct PluginHost {
     /// Compiled components by sha256 (hex). Entries for hashes no longer present are dropped.
     cache: Mutex<HashMap<String, Arc<Compiled>>>,
     /// Directory signature at the last reload.
-    signature: Mutex<Option<Vec<(PathBuf, u64, Option<SystemTime>)>>>,
+    signature: Mutex<Option<Vec<FileStamp>>>,
 }
 
 /// A tool offered by a plugin.
@@ -209,7 +212,7 @@ impl PluginHost {
         Ok(Some(host))
     }
 
-    fn scan(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64, Option<SystemTime>)>> {
+    fn scan(dir: &Path) -> std::io::Result<Vec<FileStamp>> {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -263,7 +266,7 @@ impl PluginHost {
         true
     }
 
-    async fn load(&self, files: &[(PathBuf, u64, Option<SystemTime>)]) {
+    async fn load(&self, files: &[FileStamp]) {
         let mut tools: Vec<(String, Arc<dyn Tool>)> = Vec::new();
         let mut diags = Vec::new();
         let mut seen_hashes = Vec::new();
@@ -366,17 +369,14 @@ impl PluginHost {
             None => {
                 let engine = self.engine.clone();
                 let started = std::time::Instant::now();
-                let component =
-                    tokio::task::spawn_blocking(move || host::compile(&engine, &bytes))
-                        .await
-                        .map_err(|e| diag(path, format!("compiler crashed: {e}")))?
-                        .map_err(|e| {
-                            diag(path, format!("not a valid WebAssembly component: {e:#}"))
-                        })?;
+                let component = tokio::task::spawn_blocking(move || host::compile(&engine, &bytes))
+                    .await
+                    .map_err(|e| diag(path, format!("compiler crashed: {e}")))?
+                    .map_err(|e| diag(path, format!("not a valid WebAssembly component: {e:#}")))?;
                 let pre = self
                     .linker
                     .instantiate_pre(&component)
-                    .and_then(|p| PluginPre::new(p))
+                    .and_then(PluginPre::new)
                     .map_err(|e| {
                         diag(
                             path,

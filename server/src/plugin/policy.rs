@@ -162,10 +162,13 @@ pub struct PluginGrant {
 impl PluginsPolicy {
     /// The grant of plugin `name`: its table, or nothing granted with the default limits.
     pub fn grant_for(&self, name: &str) -> PluginGrant {
-        self.grants.get(name).cloned().unwrap_or_else(|| PluginGrant {
-            limits: self.defaults.clone(),
-            ..PluginGrant::default()
-        })
+        self.grants
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| PluginGrant {
+                limits: self.defaults.clone(),
+                ..PluginGrant::default()
+            })
     }
 }
 
@@ -323,9 +326,8 @@ pub(crate) fn check(raw: &RawPlugins, origin: &str) -> Result<PluginsPolicy, Pol
     }
     Ok(PluginsPolicy {
         dir,
-        reload_interval: (raw.reload_interval_ms > 0).then(|| {
-            Duration::from_millis(raw.reload_interval_ms.clamp(50, 3_600_000))
-        }),
+        reload_interval: (raw.reload_interval_ms > 0)
+            .then(|| Duration::from_millis(raw.reload_interval_ms.clamp(50, 3_600_000))),
         require_pinned: raw.require_pinned,
         defaults,
         grants,
@@ -370,7 +372,9 @@ mod tests {
     fn bad_plugin_keys_are_named() {
         assert!(err("[plugins]\ndir = \"rel\"\n").contains("plugins.dir"));
         assert!(err("[plugins.grants.x]\nallow = []\n").contains("allow"));
-        assert!(err("[plugins.grants.x]\nmemory_mib = 0\n").contains("plugins.grants.x.memory_mib"));
+        assert!(
+            err("[plugins.grants.x]\nmemory_mib = 0\n").contains("plugins.grants.x.memory_mib")
+        );
         assert!(err("[plugins.grants.X]\n").contains("plugins.grants.X"));
         assert!(
             err("[plugins.grants.x]\nallow_hosts = [\"bad host\"]\n")
