@@ -11,6 +11,7 @@
 
 pub mod browser;
 pub mod error;
+pub mod plugin;
 pub mod policy;
 pub mod registry;
 pub mod rpc;

@@ -63,6 +63,7 @@ mod raw {
         pub sessions: Sessions,
         pub browser: Browser,
         pub runner: crate::runner::policy::raw::Runner,
+        pub plugins: crate::plugin::policy::RawPlugins,
     }
 
     #[derive(Debug, Deserialize)]
@@ -143,6 +144,8 @@ pub struct Policy {
     pub browser: BrowserPolicy,
     /// The Python runners (`[runner]`, see [`crate::runner::policy`]).
     pub runner: crate::runner::RunnerPolicy,
+    /// WebAssembly plugin tools (`[plugins]`).
+    pub plugins: crate::plugin::policy::PluginsPolicy,
 }
 
 /// Server-wide limits (`[server]`).
@@ -199,7 +202,7 @@ pub struct HostRules {
 }
 
 impl HostRules {
-    fn parse(entries: &[String], origin: &str, key: &str) -> Result<Self, PolicyError> {
+    pub(crate) fn parse(entries: &[String], origin: &str, key: &str) -> Result<Self, PolicyError> {
         let mut rules = HostRules::default();
         for (i, raw) in entries.iter().enumerate() {
             let e = raw.trim().to_ascii_lowercase();
@@ -394,6 +397,7 @@ impl Policy {
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
             },
+            plugins: crate::plugin::policy::check(&raw.plugins, origin)?,
         })
     }
 }

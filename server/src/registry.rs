@@ -6,7 +6,7 @@
 //! advertised schema and the parsing can never disagree.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -145,10 +145,29 @@ pub fn parse_args<T: DeserializeOwned>(args: serde_json::Value) -> Result<T, Too
     })
 }
 
-/// The table of tools, keyed by name. Cheap to clone (shared).
+/// A problem with a tool source that ListTools reports (e.g. a broken plugin that was skipped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// What it is about, e.g. the plugin file name `calc.wasm`.
+    pub source: String,
+    /// What is wrong, for a human.
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Table {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// The table of tools, keyed by name. Cheap to clone; clones share one table, so plugin
+/// tools swapped in by [`ToolRegistry::replace_plugins`] (hot reload) are seen by every clone.
+///
+/// Readers take a snapshot (`Arc` of the table) under a short read lock, so a swap never
+/// waits for running calls and a running call keeps the tool it started with.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: Arc<BTreeMap<String, Arc<dyn Tool>>>,
+    table: Arc<RwLock<Arc<Table>>>,
 }
 
 /// A registration conflict.
@@ -162,38 +181,103 @@ impl ToolRegistry {
         Self::default()
     }
 
+    fn snapshot(&self) -> Arc<Table> {
+        match self.table.read() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn update<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        let mut guard = match self.table.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let old = &**guard;
+        let mut table = Table {
+            tools: old.tools.clone(),
+            diagnostics: old.diagnostics.clone(),
+        };
+        let r = f(&mut table);
+        *guard = Arc::new(table);
+        r
+    }
+
     /// Adds a tool.
     ///
     /// # Errors
     /// [`DuplicateTool`] when the name is taken.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), DuplicateTool> {
         let name = tool.descriptor().name.clone();
-        let tools = Arc::make_mut(&mut self.tools);
-        if tools.contains_key(&name) {
-            return Err(DuplicateTool(name));
-        }
-        tools.insert(name, tool);
-        Ok(())
+        self.update(|t| {
+            if t.tools.contains_key(&name) {
+                return Err(DuplicateTool(name));
+            }
+            t.tools.insert(name, tool);
+            Ok(())
+        })
+    }
+
+    /// Atomically replaces every [`Origin::Plugin`] tool with `tools` and the diagnostics with
+    /// `diagnostics`. A plugin tool whose name is taken by a builtin tool is skipped and
+    /// reported as a diagnostic (returned too).
+    pub fn replace_plugins(
+        &self,
+        tools: Vec<(String, Arc<dyn Tool>)>,
+        diagnostics: Vec<Diagnostic>,
+    ) -> Vec<Diagnostic> {
+        self.update(|t| {
+            t.tools
+                .retain(|_, tool| tool.descriptor().origin != Origin::Plugin);
+            t.diagnostics = diagnostics;
+            let mut conflicts = Vec::new();
+            for (source, tool) in tools {
+                let name = tool.descriptor().name.clone();
+                match t.tools.entry(name) {
+                    std::collections::btree_map::Entry::Occupied(e) => {
+                        let d = Diagnostic {
+                            source,
+                            message: format!(
+                                "tool `{}` skipped: the name is already taken",
+                                e.key()
+                            ),
+                        };
+                        t.diagnostics.push(d.clone());
+                        conflicts.push(d);
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(tool);
+                    }
+                }
+            }
+            conflicts
+        })
     }
 
     /// Looks a tool up by name.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.get(name).cloned()
+        self.snapshot().tools.get(name).cloned()
     }
 
-    /// Every tool, sorted by name.
-    pub fn list(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.tools.values()
+    /// Every tool, sorted by name (a snapshot).
+    pub fn list(&self) -> impl Iterator<Item = Arc<dyn Tool>> + use<> {
+        let snap = self.snapshot();
+        snap.tools.values().cloned().collect::<Vec<_>>().into_iter()
+    }
+
+    /// Problems with tool sources (broken plugins), as last reported by the plugin loader.
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        self.snapshot().diagnostics.clone()
     }
 
     /// Number of tools.
     pub fn len(&self) -> usize {
-        self.tools.len()
+        self.snapshot().tools.len()
     }
 
     /// True when no tool is registered.
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.snapshot().tools.is_empty()
     }
 }
 

@@ -143,7 +143,16 @@ impl pb::tool_service_server::ToolService for ToolService {
                 }
             })
             .collect();
-        Ok(Response::new(pb::ListToolsResponse { tools }))
+        let diagnostics = self
+            .registry
+            .diagnostics()
+            .into_iter()
+            .map(|d| pb::PluginDiagnostic {
+                source: d.source,
+                message: d.message,
+            })
+            .collect();
+        Ok(Response::new(pb::ListToolsResponse { tools, diagnostics }))
     }
 
     async fn call_tool(

@@ -37,6 +37,7 @@ pub struct Sibyl {
     /// Every session.
     pub sessions: Arc<SessionManager>,
     policy: Policy,
+    plugins: Option<Arc<crate::plugin::PluginHost>>,
 }
 
 impl Sibyl {
@@ -56,10 +57,13 @@ impl Sibyl {
             .register(&mut registry)
             .map_err(|e| ServeError::Setup(e.to_string()))?;
         let sessions = Arc::new(SessionManager::new(policy.sessions.clone()));
+        let plugins = crate::plugin::PluginHost::start(&policy, &registry)
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
         Ok(Self {
             registry,
             sessions,
             policy,
+            plugins,
         })
     }
 
@@ -73,6 +77,7 @@ impl Sibyl {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let reaper = self.sessions.spawn_reaper();
+        let plugin_watcher = self.plugins.as_ref().and_then(|p| p.spawn_watcher());
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         health_reporter
             .set_serving::<ToolServiceServer<ToolService>>()
@@ -116,6 +121,9 @@ impl Sibyl {
             )
             .await;
         reaper.abort();
+        if let Some(w) = plugin_watcher {
+            w.abort();
+        }
         result.map_err(ServeError::from)
     }
 }

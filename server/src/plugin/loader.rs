@@ -1,0 +1,482 @@
+//! Loading plugins from the plugins directory: hash check against the pin, compile (cached by
+//! content hash), pre-instantiate, `describe`, validate, and swap the tools into the registry.
+//! A watcher polls the directory and reloads when a file is added, replaced or removed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use wasmtime::Engine;
+
+use crate::error::ToolError;
+use crate::plugin::host::{self, Capabilities, HostState, PluginPre, RunError, WitToolError};
+use crate::plugin::policy::{PluginsPolicy, valid_name};
+use crate::policy::BrowserPolicy;
+use crate::registry::{
+    CallContext, Diagnostic, Hints, Origin, Tool, ToolDescriptor, ToolOutput, ToolRegistry,
+};
+
+/// Largest plugin file accepted, in bytes.
+pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// A plugin file's path, length and modification time: what the watcher compares.
+type FileStamp = (PathBuf, u64, Option<SystemTime>);
+
+/// Compiled code and what it says about itself, shared by every plugin file with that hash.
+struct Compiled {
+    pre: PluginPre<HostState>,
+    tools: Vec<host::ToolDescriptor>,
+}
+
+/// Loads, reloads and runs plugins.
+pub struct PluginHost {
+    engine: Engine,
+    linker: wasmtime::component::Linker<HostState>,
+    policy: PluginsPolicy,
+    browser: BrowserPolicy,
+    registry: ToolRegistry,
+    /// Compiled components by sha256 (hex). Entries for hashes no longer present are dropped.
+    cache: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Directory signature at the last reload.
+    signature: Mutex<Option<Vec<FileStamp>>>,
+}
+
+/// A tool offered by a plugin.
+struct PluginTool {
+    descriptor: ToolDescriptor,
+    engine: Engine,
+    compiled: Arc<Compiled>,
+    caps: Arc<Capabilities>,
+    instances: Arc<Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Tool for PluginTool {
+    fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    async fn call(
+        &self,
+        ctx: CallContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let name = &self.caps.name;
+        let limits = &self.caps.grant.limits;
+        let _permit = self.instances.clone().try_acquire_owned().map_err(|_| {
+            ToolError::ResourceExhausted(format!(
+                "plugin `{name}` is busy: {} calls are running (plugins.grants.{name}.max_instances)",
+                limits.max_instances
+            ))
+        })?;
+        let scratch = if self.caps.grant.scratch {
+            Some(ctx.session.scratch_dir().map_err(|e| {
+                ToolError::Internal(format!("cannot create the session scratch directory: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let args = args.to_string();
+        let tool = self.descriptor.name.as_str();
+        match host::call(
+            &self.engine,
+            &self.compiled.pre,
+            &self.caps,
+            scratch,
+            tool,
+            &args,
+        )
+        .await
+        {
+            Ok(Ok(r)) => {
+                let mut out = ToolOutput::text(r.text);
+                if let Some(s) = r.structured_json {
+                    match serde_json::from_str(&s) {
+                        Ok(v) => out = out.with_structured(v),
+                        Err(e) => {
+                            return Ok(ToolOutput::error(format!(
+                                "plugin `{name}` returned structured JSON that does not parse: {e}"
+                            )));
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            Ok(Err(WitToolError::InvalidArguments(m))) => Err(ToolError::InvalidArguments(m)),
+            Ok(Err(WitToolError::Denied(m))) => Ok(ToolOutput::error(format!("denied: {m}"))),
+            Ok(Err(WitToolError::Failed(m))) => Ok(ToolOutput::error(m)),
+            Ok(Err(WitToolError::Timeout(m))) => Ok(ToolOutput::error(format!("timed out: {m}"))),
+            Err(e) => Err(run_error(name, tool, e)),
+        }
+    }
+}
+
+fn run_error(name: &str, tool: &str, e: RunError) -> ToolError {
+    let msg = match e {
+        RunError::Timeout(d) => format!(
+            "plugin `{name}` tool `{tool}` was stopped after its time limit of {} ms (plugins.grants.{name}.timeout_ms)",
+            d.as_millis()
+        ),
+        RunError::OutOfFuel(f) => format!(
+            "plugin `{name}` tool `{tool}` was stopped: it used up its fuel of {f} (plugins.grants.{name}.fuel)"
+        ),
+        RunError::OutOfMemory(b) => format!(
+            "plugin `{name}` tool `{tool}` was stopped: it needed more than its memory limit of {} MiB (plugins.grants.{name}.memory_mib)",
+            b >> 20
+        ),
+        RunError::Trap(m) => {
+            tracing::warn!(plugin = name, tool, error = %m, "plugin trapped");
+            return ToolError::Internal(format!("plugin `{name}` tool `{tool}` crashed: {m}"));
+        }
+        RunError::Setup(m) => return ToolError::Internal(format!("plugin `{name}`: {m}")),
+    };
+    tracing::warn!(plugin = name, tool, "{msg}");
+    ToolError::ResourceExhausted(msg)
+}
+
+/// Why a plugin file was skipped.
+fn diag(file: &Path, message: impl Into<String>) -> Diagnostic {
+    let source = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.display().to_string());
+    let message = message.into();
+    tracing::warn!(plugin = %source, "plugin skipped: {message}");
+    Diagnostic { source, message }
+}
+
+/// Lower-case hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl PluginHost {
+    /// A host for `policy` that publishes plugin tools into `registry`.
+    ///
+    /// # Errors
+    /// The wasmtime engine cannot be set up.
+    pub fn new(
+        policy: PluginsPolicy,
+        browser: BrowserPolicy,
+        registry: ToolRegistry,
+    ) -> Result<Self, String> {
+        let engine = host::engine().map_err(|e| format!("cannot start wasmtime: {e:#}"))?;
+        let linker = host::linker(&engine).map_err(|e| format!("cannot link WASI: {e:#}"))?;
+        Ok(Self {
+            engine,
+            linker,
+            policy,
+            browser,
+            registry,
+            cache: Mutex::new(HashMap::new()),
+            signature: Mutex::new(None),
+        })
+    }
+
+    /// Builds the host for `policy.plugins` and loads the plugins directory once (on its own
+    /// thread and runtime, so it works inside or outside a tokio runtime). `None` when
+    /// plugins are disabled (`plugins.dir` empty).
+    ///
+    /// # Errors
+    /// The wasmtime engine or the loading thread cannot be set up. Broken plugins are not
+    /// errors: they are reported as diagnostics.
+    pub fn start(
+        policy: &crate::Policy,
+        registry: &ToolRegistry,
+    ) -> Result<Option<Arc<Self>>, String> {
+        if policy.plugins.dir.is_none() {
+            return Ok(None);
+        }
+        let host = Arc::new(Self::new(
+            policy.plugins.clone(),
+            policy.browser.clone(),
+            registry.clone(),
+        )?);
+        let h = host.clone();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the plugin loader runtime: {e}"))?;
+                rt.block_on(h.reload_if_changed(true));
+                Ok::<(), String>(())
+            })
+            .join()
+            .map_err(|_| "the plugin loader thread panicked".to_string())?
+        })?;
+        Ok(Some(host))
+    }
+
+    fn scan(dir: &Path) -> std::io::Result<Vec<FileStamp>> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let hidden = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if hidden || path.extension().is_none_or(|e| e != "wasm") {
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(_) => continue,
+            };
+            files.push((path, meta.len(), meta.modified().ok()));
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    /// Reloads when the directory changed since the last load (or always when `force`).
+    /// Returns true when a reload happened.
+    pub async fn reload_if_changed(&self, force: bool) -> bool {
+        let Some(dir) = self.policy.dir.clone() else {
+            return false;
+        };
+        let scanned = tokio::task::spawn_blocking(move || Self::scan(&dir)).await;
+        let files = match scanned {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => {
+                let msg = format!("cannot read the plugins directory: {e}");
+                tracing::warn!("{msg}");
+                let d = Diagnostic {
+                    source: "plugins.dir".into(),
+                    message: msg,
+                };
+                self.registry.replace_plugins(Vec::new(), vec![d]);
+                *lock(&self.signature) = None;
+                return true;
+            }
+            Err(_) => return false,
+        };
+        {
+            let sig = lock(&self.signature);
+            if !force && sig.as_ref() == Some(&files) {
+                return false;
+            }
+        }
+        self.load(&files).await;
+        *lock(&self.signature) = Some(files);
+        true
+    }
+
+    async fn load(&self, files: &[FileStamp]) {
+        let mut tools: Vec<(String, Arc<dyn Tool>)> = Vec::new();
+        let mut diags = Vec::new();
+        let mut seen_hashes = Vec::new();
+        for (path, len, _) in files {
+            match self.load_one(path, *len).await {
+                Ok((hash, t)) => {
+                    seen_hashes.push(hash);
+                    let mut names = std::collections::BTreeSet::new();
+                    for (source, tool) in t {
+                        if names.insert(tool.descriptor().name.clone()) {
+                            tools.push((source, tool));
+                        }
+                    }
+                }
+                Err(d) => diags.push(d),
+            }
+        }
+        // Two plugin files offering the same tool name: the first (by file name) wins.
+        let mut taken = std::collections::BTreeMap::new();
+        let mut unique = Vec::new();
+        for (source, tool) in tools {
+            let name = tool.descriptor().name.clone();
+            if let Some(first) = taken.get(&name) {
+                diags.push(Diagnostic {
+                    source: source.clone(),
+                    message: format!("tool `{name}` skipped: `{first}` already offers it"),
+                });
+                continue;
+            }
+            taken.insert(name, source.clone());
+            unique.push((source, tool));
+        }
+        lock(&self.cache).retain(|h, _| seen_hashes.contains(h));
+        let n = unique.len();
+        self.registry.replace_plugins(unique, diags);
+        tracing::info!(
+            tools = n,
+            diagnostics = self.registry.diagnostics().len(),
+            "plugins loaded"
+        );
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn load_one(
+        &self,
+        path: &Path,
+        len: u64,
+    ) -> Result<(String, Vec<(String, Arc<dyn Tool>)>), Diagnostic> {
+        let source = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = path
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !valid_name(&name) {
+            return Err(diag(
+                path,
+                "plugin file names are 1-64 characters of a-z, 0-9, `_` and `-`, then `.wasm`",
+            ));
+        }
+        if len > MAX_PLUGIN_BYTES {
+            return Err(diag(
+                path,
+                format!("file is {len} bytes; the limit is {MAX_PLUGIN_BYTES}"),
+            ));
+        }
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| diag(path, format!("cannot read: {e}")))?;
+        let hash = sha256_hex(&bytes);
+        let grant = self.policy.grant_for(&name);
+        match &grant.sha256 {
+            Some(pin) if *pin != hash => {
+                return Err(diag(
+                    path,
+                    format!(
+                        "hash mismatch: the file's sha256 is {hash} but plugins.grants.{name}.sha256 pins {pin}; not loaded"
+                    ),
+                ));
+            }
+            None if self.policy.require_pinned => {
+                return Err(diag(
+                    path,
+                    format!(
+                        "not pinned: plugins.require_pinned is set and plugins.grants.{name}.sha256 is missing (the file's sha256 is {hash})"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let caps = Arc::new(
+            Capabilities::new(&name, grant, &self.browser)
+                .map_err(|e| diag(path, format!("cannot set up capabilities: {e}")))?,
+        );
+        let cached = lock(&self.cache).get(&hash).cloned();
+        let compiled = match cached {
+            Some(c) => c,
+            None => {
+                let engine = self.engine.clone();
+                let started = std::time::Instant::now();
+                let component = tokio::task::spawn_blocking(move || host::compile(&engine, &bytes))
+                    .await
+                    .map_err(|e| diag(path, format!("compiler crashed: {e}")))?
+                    .map_err(|e| diag(path, format!("not a valid WebAssembly component: {e:#}")))?;
+                let pre = self
+                    .linker
+                    .instantiate_pre(&component)
+                    .and_then(PluginPre::new)
+                    .map_err(|e| {
+                        diag(
+                            path,
+                            format!("does not implement the sibyl:tool@0.1.0 plugin world: {e:#}"),
+                        )
+                    })?;
+                let tools = host::describe(&self.engine, &pre, &caps)
+                    .await
+                    .map_err(|e| diag(path, format!("describe failed: {e:?}")))?;
+                tracing::info!(
+                    plugin = %name,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "plugin compiled"
+                );
+                let c = Arc::new(Compiled { pre, tools });
+                lock(&self.cache).insert(hash.clone(), c.clone());
+                c
+            }
+        };
+        if compiled.tools.is_empty() {
+            return Err(diag(path, "describe returned no tools"));
+        }
+        let instances = Arc::new(Semaphore::new(caps.grant.limits.max_instances));
+        let mut out: Vec<(String, Arc<dyn Tool>)> = Vec::new();
+        for d in &compiled.tools {
+            if !valid_name(&d.name) || d.name.contains('-') {
+                return Err(diag(
+                    path,
+                    format!(
+                        "tool name `{}` is invalid (1-64 of a-z, 0-9, `_`)",
+                        d.name.chars().take(80).collect::<String>()
+                    ),
+                ));
+            }
+            if d.description.trim().is_empty() || d.description.len() > 8192 {
+                return Err(diag(
+                    path,
+                    format!("tool `{}`: description must be 1-8192 bytes", d.name),
+                ));
+            }
+            let schema: serde_json::Value = serde_json::from_str(&d.input_schema).map_err(|e| {
+                diag(
+                    path,
+                    format!("tool `{}`: input-schema is not JSON: {e}", d.name),
+                )
+            })?;
+            if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return Err(diag(
+                    path,
+                    format!(
+                        "tool `{}`: input-schema must be an object schema (\"type\": \"object\")",
+                        d.name
+                    ),
+                ));
+            }
+            out.push((
+                source.clone(),
+                Arc::new(PluginTool {
+                    descriptor: ToolDescriptor {
+                        name: d.name.clone(),
+                        description: d.description.clone(),
+                        input_schema: schema,
+                        hints: Hints {
+                            read_only: d.hints.read_only,
+                            idempotent: d.hints.idempotent,
+                            open_world: d.hints.open_world,
+                            destructive: d.hints.destructive,
+                        },
+                        origin: Origin::Plugin,
+                    },
+                    engine: self.engine.clone(),
+                    compiled: compiled.clone(),
+                    caps: caps.clone(),
+                    instances: instances.clone(),
+                }),
+            ));
+        }
+        Ok((hash, out))
+    }
+
+    /// Polls the plugins directory every `plugins.reload_interval_ms` and reloads on change,
+    /// until the task is aborted.
+    pub fn spawn_watcher(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let every = self.policy.reload_interval?;
+        self.policy.dir.as_ref()?;
+        let host = self.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                host.reload_if_changed(false).await;
+            }
+        }))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
