@@ -11,6 +11,8 @@
 //! reply says which match of how many it shows.
 
 pub mod convert;
+pub mod download;
+pub mod extract;
 pub mod fetch;
 pub mod find;
 pub mod ssrf;
@@ -38,6 +40,7 @@ pub const MAX_URL_BYTES: usize = 8192;
 pub struct Browser {
     fetcher: Fetcher,
     viewport_size: usize,
+    extract: Arc<extract::ExtractPolicy>,
 }
 
 /// One loaded page.
@@ -124,6 +127,7 @@ struct NoArgs {}
 #[derive(Clone, Copy)]
 enum Action {
     Visit,
+    Download,
     PageUp,
     PageDown,
     Find,
@@ -145,10 +149,11 @@ impl Browser {
         Ok(Self {
             fetcher: Fetcher::new(policy)?,
             viewport_size: policy.viewport_size,
+            extract: Arc::new(policy.extract.clone()),
         })
     }
 
-    /// Registers the five browser tools.
+    /// Registers the browser tools.
     ///
     /// # Errors
     /// When a tool name is already taken.
@@ -169,6 +174,19 @@ impl Browser {
                 "Visit a web page by URL and show its first viewport of text, with a header \
                  `Address:`, `Title:` and `Viewport position: Showing page N of M.`. \
                  Links appear as [text](url) and can be visited in turn.",
+                schema_for::<VisitArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Download,
+                "download_file",
+                "Download a file by URL (PDF, DOCX, XLSX/XLS, PPTX, CSV, JSON, XML/RSS, EPUB, \
+                 ipynb, ZIP, HTML, text, images via OCR), save it in the session's scratch \
+                 directory (where the Python tools can read it) and show its text like a \
+                 page, with paging and find. The reply names the saved path.",
                 schema_for::<VisitArgs>(),
                 Hints {
                     open_world: true,
@@ -223,7 +241,13 @@ impl Browser {
         Ok(())
     }
 
-    async fn visit(&self, st: &mut BrowserState, raw_url: &str) -> Result<ToolOutput, ToolError> {
+    async fn visit(
+        &self,
+        st: &mut BrowserState,
+        raw_url: &str,
+        session: &crate::session::Session,
+        download: bool,
+    ) -> Result<ToolOutput, ToolError> {
         if raw_url.len() > MAX_URL_BYTES {
             return Err(ToolError::InvalidArguments(format!(
                 "url: longer than {MAX_URL_BYTES} bytes"
@@ -265,7 +289,12 @@ impl Browser {
             Err(e) => return Ok(ToolOutput::error(format!("Cannot visit {url}: {e}"))),
         };
         let address = fetched.final_url.to_string();
-        let kind = ContentKind::of(fetched.mime.as_deref(), &fetched.body);
+        let kind = if download && fetched.status < 400 {
+            ContentKind::Other
+        } else {
+            ContentKind::of(fetched.mime.as_deref(), &fetched.body)
+        };
+        let mut notes = Vec::new();
         let (title, text, hidden) = match kind {
             ContentKind::Html => {
                 let html = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true);
@@ -285,14 +314,21 @@ impl Browser {
                 let text = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), false);
                 (None, text, Vec::new())
             }
-            ContentKind::Other => {
+            ContentKind::Other if fetched.status >= 400 => {
                 let mime = fetched.mime.as_deref().unwrap_or("binary data");
-                return Ok(ToolOutput::error(format!(
-                    "The address {address} holds {mime} content ({} bytes), which visit_page \
-                     cannot show as text; the current page is unchanged.",
-                    fetched.body.len()
-                )));
+                (
+                    None,
+                    format!("({mime} content, {} bytes)", fetched.body.len()),
+                    Vec::new(),
+                )
             }
+            ContentKind::Other => match self.extract_file(&fetched, session).await? {
+                Ok((file, note)) => {
+                    notes.push(note);
+                    (file.title, file.text, file.hidden)
+                }
+                Err(message) => return Ok(ToolOutput::error(message)),
+            },
         };
         let failed = fetched.status >= 400;
         let (title, text, hidden) = if failed {
@@ -319,7 +355,6 @@ impl Browser {
             self.viewport_size,
         ));
         let now = Instant::now();
-        let mut notes = Vec::new();
         if let Some((_, when)) = st.history.iter().rev().find(|(a, _)| *a == address) {
             notes.push(format!(
                 "You previously visited this page {} seconds ago.",
@@ -333,6 +368,73 @@ impl Browser {
         let mut out = view(st, &notes);
         out.is_error = failed;
         Ok(out)
+    }
+}
+
+impl Browser {
+    /// Saves a fetched file into the session's scratch directory and converts it to text.
+    /// The outer error is an internal failure; the inner `Err` is the message of a file that
+    /// could not be shown (unsupported or corrupt type), which still names the saved path.
+    async fn extract_file(
+        &self,
+        fetched: &fetch::Fetched,
+        session: &crate::session::Session,
+    ) -> Result<Result<(extract::Extracted, String), String>, ToolError> {
+        let url = &fetched.final_url;
+        let name = download::safe_name(url, fetched.disposition.as_deref());
+        let kind = download::detect(
+            url.path(),
+            fetched.mime.as_deref(),
+            fetched.disposition.as_deref(),
+            &fetched.body,
+        );
+        let saved = match session.scratch_dir() {
+            Ok(dir) => download::save(dir, &name, &fetched.body)
+                .await
+                .map_err(|e| format!("cannot save the file: {e}")),
+            Err(e) => Err(format!("no scratch directory: {e}")),
+        };
+        let saved_note = match &saved {
+            Ok(p) => format!(
+                "Saved {} bytes ({}) to {}.",
+                fetched.body.len(),
+                kind.name(),
+                p.display()
+            ),
+            Err(e) => format!("The file was not saved: {e}."),
+        };
+        let body = fetched.body.clone();
+        let policy = self.extract.clone();
+        let base = url.clone();
+        let file_name = name.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            if kind == extract::FileKind::Html {
+                // Links resolve against the address, as for pages.
+                extract::html(&body, Some(&base)).map(|mut e| {
+                    e.text = e.text.trim().to_string();
+                    e
+                })
+            } else {
+                extract::extract(kind, &body, &file_name, &policy)
+            }
+        })
+        .await
+        .map_err(|e| ToolError::Internal(format!("file conversion task failed: {e}")))?;
+        Ok(match result {
+            Ok(mut file) => {
+                if file.title.is_none() {
+                    file.title = Some(name);
+                }
+                Ok((file, saved_note))
+            }
+            Err(e) => {
+                tracing::info!(%url, kind = kind.name(), error = %e, "file not converted");
+                Err(format!(
+                    "Cannot show {url} as text ({} file): {e}. {saved_note} The current page is unchanged.",
+                    kind.name()
+                ))
+            }
+        })
     }
 }
 
@@ -456,7 +558,7 @@ impl Tool for BrowserTool {
     ) -> Result<ToolOutput, ToolError> {
         // Parse before touching state, so bad arguments change nothing.
         let (visit, find) = match self.action {
-            Action::Visit => (Some(parse_args::<VisitArgs>(args)?.url), None),
+            Action::Visit | Action::Download => (Some(parse_args::<VisitArgs>(args)?.url), None),
             Action::Find => (None, Some(parse_args::<FindArgs>(args)?.search_string)),
             _ => {
                 parse_args::<NoArgs>(args)?;
@@ -466,9 +568,14 @@ impl Tool for BrowserTool {
         let mut guard = ctx.session.state.lock().await;
         let st = guard.get_or_default::<BrowserState>();
         match self.action {
-            Action::Visit => {
+            Action::Visit | Action::Download => {
                 self.browser
-                    .visit(st, visit.as_deref().unwrap_or_default())
+                    .visit(
+                        st,
+                        visit.as_deref().unwrap_or_default(),
+                        &ctx.session,
+                        matches!(self.action, Action::Download),
+                    )
                     .await
             }
             Action::PageUp | Action::PageDown => {

@@ -109,6 +109,7 @@ mod raw {
         pub user_agent: String,
         pub allow_hosts: Vec<String>,
         pub block_hosts: Vec<String>,
+        pub extract: crate::browser::extract::RawExtractPolicy,
     }
 
     impl Default for Browser {
@@ -122,6 +123,7 @@ mod raw {
                 user_agent: super::DEFAULT_USER_AGENT.to_string(),
                 allow_hosts: Vec::new(),
                 block_hosts: Vec::new(),
+                extract: Default::default(),
             }
         }
     }
@@ -182,6 +184,8 @@ pub struct BrowserPolicy {
     pub allow: HostRules,
     /// Hosts and networks always refused.
     pub block: HostRules,
+    /// File extraction limits (`[browser.extract]`).
+    pub extract: crate::browser::extract::ExtractPolicy,
 }
 
 /// A list of host rules: exact host names, `*.suffix` wildcards, IP addresses and CIDR networks.
@@ -389,6 +393,7 @@ impl Policy {
                 user_agent: b.user_agent.clone(),
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
+                extract: crate::browser::extract::ExtractPolicy::check(&b.extract, origin)?,
             },
         })
     }
