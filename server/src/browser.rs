@@ -15,6 +15,7 @@ pub mod download;
 pub mod extract;
 pub mod fetch;
 pub mod find;
+pub mod search;
 pub mod ssrf;
 pub mod viewport;
 
@@ -41,6 +42,7 @@ pub struct Browser {
     fetcher: Fetcher,
     viewport_size: usize,
     extract: Arc<extract::ExtractPolicy>,
+    search: Option<Arc<search::Search>>,
 }
 
 /// One loaded page.
@@ -119,6 +121,17 @@ struct FindArgs {
     search_string: String,
 }
 
+/// Arguments of `informational_web_search` and `navigational_web_search`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    /// The search query.
+    query: String,
+}
+
+/// Longest search query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 2048;
+
 /// Arguments of tools that take none.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +141,8 @@ struct NoArgs {}
 enum Action {
     Visit,
     Download,
+    Search,
+    Navigate,
     PageUp,
     PageDown,
     Find,
@@ -150,7 +165,14 @@ impl Browser {
             fetcher: Fetcher::new(policy)?,
             viewport_size: policy.viewport_size,
             extract: Arc::new(policy.extract.clone()),
+            search: None,
         })
+    }
+
+    /// Uses `search` for `informational_web_search` / `navigational_web_search` and for
+    /// indexing fetched pages. Without it the search tools say search is not configured.
+    pub fn set_search(&mut self, search: search::Search) {
+        self.search = Some(Arc::new(search));
     }
 
     /// Registers the browser tools.
@@ -188,6 +210,29 @@ impl Browser {
                  directory (where the Python tools can read it) and show its text like a \
                  page, with paging and find. The reply names the saved path.",
                 schema_for::<VisitArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Search,
+                "informational_web_search",
+                "Search the web and show the results page: a heading with the query and \
+                 the result count, then `N. [title](url)` and a snippet per result. Visit a \
+                 result with visit_page.",
+                schema_for::<SearchArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Navigate,
+                "navigational_web_search",
+                "Search the web and go straight to the first result, shown like visit_page. \
+                 Use it to open a known page or site by name.",
+                schema_for::<SearchArgs>(),
                 Hints {
                     open_world: true,
                     ..read
@@ -347,6 +392,11 @@ impl Browser {
             (title, text, hidden)
         };
         let title = title.unwrap_or_else(|| fallback_title(&fetched.final_url));
+        if !failed && let Some(search) = &self.search {
+            search
+                .record(&session.tenant().0, &address, &title, &text)
+                .await;
+        }
         st.set_page(Page::new(
             address.clone(),
             title,
@@ -435,6 +485,80 @@ impl Browser {
                 ))
             }
         })
+    }
+}
+
+impl Browser {
+    /// Runs a search; shows the results page, or (navigational) visits the first result.
+    async fn search(
+        &self,
+        st: &mut BrowserState,
+        query: &str,
+        session: &crate::session::Session,
+        navigate: bool,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some(search) = &self.search else {
+            return Ok(ToolOutput::error(
+                "Web search is not configured on this server ([search] in the policy).",
+            ));
+        };
+        let provider = search.provider().name();
+        let hits = match search.search(&session.tenant().0, query).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::info!(provider, error = %e, "search failed");
+                return Ok(ToolOutput::error(format!(
+                    "The web search for '{query}' failed: {e}"
+                )));
+            }
+        };
+        if navigate {
+            let Some(first) = hits.first() else {
+                return Ok(ToolOutput::error(format!(
+                    "The web search for '{query}' found no results, so there is no page to go to."
+                )));
+            };
+            // Documents of the embedded folder are shown from the index (file:// is not
+            // fetched by the browser).
+            if first.url.starts_with("file://") {
+                let Some((title, text)) = search.stored_document(&first.url).await else {
+                    return Ok(ToolOutput::error(format!(
+                        "The first result {} is no longer in the index.",
+                        first.url
+                    )));
+                };
+                st.set_page(Page::new(
+                    first.url.clone(),
+                    title,
+                    text,
+                    Vec::new(),
+                    self.viewport_size,
+                ));
+                st.history.push((first.url.clone(), Instant::now()));
+                return Ok(view(st, &[]));
+            }
+            let url = first.url.clone();
+            return self.visit(st, &url, session, false).await;
+        }
+        let text = search::results_page(query, &hits);
+        let address = format!("search: {query}");
+        st.set_page(Page::new(
+            address.clone(),
+            format!("{query} - Search"),
+            text,
+            Vec::new(),
+            usize::MAX,
+        ));
+        st.history.push((address, Instant::now()));
+        let mut out = view(st, &[]);
+        if let Some(obj) = out.structured.as_mut().and_then(|v| v.as_object_mut()) {
+            obj.insert("provider".into(), provider.into());
+            obj.insert(
+                "results".into(),
+                serde_json::to_value(&hits).unwrap_or_default(),
+            );
+        }
+        Ok(out)
     }
 }
 
@@ -559,6 +683,18 @@ impl Tool for BrowserTool {
         // Parse before touching state, so bad arguments change nothing.
         let (visit, find) = match self.action {
             Action::Visit | Action::Download => (Some(parse_args::<VisitArgs>(args)?.url), None),
+            Action::Search | Action::Navigate => {
+                let q = parse_args::<SearchArgs>(args)?.query;
+                if q.trim().is_empty() {
+                    return Err(ToolError::InvalidArguments("query: must not be empty".into()));
+                }
+                if q.len() > MAX_QUERY_BYTES {
+                    return Err(ToolError::InvalidArguments(format!(
+                        "query: longer than {MAX_QUERY_BYTES} bytes"
+                    )));
+                }
+                (Some(q), None)
+            }
             Action::Find => (None, Some(parse_args::<FindArgs>(args)?.search_string)),
             _ => {
                 parse_args::<NoArgs>(args)?;
@@ -575,6 +711,16 @@ impl Tool for BrowserTool {
                         visit.as_deref().unwrap_or_default(),
                         &ctx.session,
                         matches!(self.action, Action::Download),
+                    )
+                    .await
+            }
+            Action::Search | Action::Navigate => {
+                self.browser
+                    .search(
+                        st,
+                        visit.as_deref().unwrap_or_default().trim(),
+                        &ctx.session,
+                        matches!(self.action, Action::Navigate),
                     )
                     .await
             }

@@ -62,6 +62,7 @@ mod raw {
         pub server: Server,
         pub sessions: Sessions,
         pub browser: Browser,
+        pub search: crate::browser::search::RawSearchPolicy,
     }
 
     #[derive(Debug, Deserialize)]
@@ -142,6 +143,8 @@ pub struct Policy {
     pub sessions: SessionPolicy,
     /// The text browser.
     pub browser: BrowserPolicy,
+    /// Web search (`[search]`).
+    pub search: crate::browser::search::SearchPolicy,
 }
 
 /// Server-wide limits (`[server]`).
@@ -322,6 +325,7 @@ impl Policy {
             });
         }
         Ok(Policy {
+            search: crate::browser::search::SearchPolicy::check(&raw.search, origin)?,
             server: ServerPolicy {
                 max_concurrent_calls: to_usize(range(
                     "server.max_concurrent_calls",
