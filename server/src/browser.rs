@@ -686,7 +686,9 @@ impl Tool for BrowserTool {
             Action::Search | Action::Navigate => {
                 let q = parse_args::<SearchArgs>(args)?.query;
                 if q.trim().is_empty() {
-                    return Err(ToolError::InvalidArguments("query: must not be empty".into()));
+                    return Err(ToolError::InvalidArguments(
+                        "query: must not be empty".into(),
+                    ));
                 }
                 if q.len() > MAX_QUERY_BYTES {
                     return Err(ToolError::InvalidArguments(format!(

@@ -13,6 +13,8 @@ use sibyl_proto::v1::tool_service_client::ToolServiceClient;
 use sibyl_proto::v1::{CallToolRequest, CallToolResponse, OpenSessionRequest};
 use tonic::transport::Channel;
 
+mod search;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/documents")
 }
@@ -51,7 +53,7 @@ fn mime_of(name: &str) -> &'static str {
 /// `/gen/NAME`: files built by the tests, put in the shared map.
 async fn serve_files(generated: Generated) -> SocketAddr {
     let gen2 = generated.clone();
-    let app = axum::Router::new()
+    let app = search::provider_routes(axum::Router::new())
         .route(
             "/docs/{name}",
             axum::routing::get(|AxPath(name): AxPath<String>| async move {
@@ -127,9 +129,16 @@ async fn serve_files(generated: Generated) -> SocketAddr {
 type Generated = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
 
 async fn start(policy: &str) -> (Env, Generated) {
+    let policy = policy.to_string();
+    start_with(move |_| policy).await
+}
+
+/// Starts the file server, then sibyl with the policy `make_policy(files_base_url)`.
+async fn start_with(make_policy: impl FnOnce(&str) -> String) -> (Env, Generated) {
     let generated: Generated = Default::default();
     let files = serve_files(generated.clone()).await;
-    let policy = sibyl_server::policy::Policy::from_toml(policy, "<test>").expect("policy");
+    let text = make_policy(&format!("http://{files}"));
+    let policy = sibyl_server::policy::Policy::from_toml(&text, "<test>").expect("policy");
     let sibyl = sibyl_server::Sibyl::new(policy).expect("server");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -241,8 +241,8 @@ impl SearchPolicy {
             }
         };
         let http = |key: &str, v: &str| -> Result<url::Url, PolicyError> {
-            let u = url::Url::parse(v.trim())
-                .map_err(|e| bad(key, format!("not a URL `{v}`: {e}")))?;
+            let u =
+                url::Url::parse(v.trim()).map_err(|e| bad(key, format!("not a URL `{v}`: {e}")))?;
             if !matches!(u.scheme(), "http" | "https") {
                 return Err(bad(key, format!("must be an http(s) URL, got `{v}`")));
             }
@@ -263,7 +263,10 @@ impl SearchPolicy {
         let folder = if folder.is_empty() {
             None
         } else if !std::path::Path::new(folder).is_absolute() {
-            return Err(bad("folder", format!("must be an absolute path, got `{folder}`")));
+            return Err(bad(
+                "folder",
+                format!("must be an absolute path, got `{folder}`"),
+            ));
         } else {
             Some(PathBuf::from(folder))
         };
@@ -271,7 +274,10 @@ impl SearchPolicy {
         let env_name = |key: &str, v: &str| -> Result<String, PolicyError> {
             let v = v.trim();
             if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(bad(key, format!("must be an environment variable name, got `{v}`")));
+                return Err(bad(
+                    key,
+                    format!("must be an environment variable name, got `{v}`"),
+                ));
             }
             Ok(v.to_string())
         };
@@ -420,10 +426,17 @@ impl Search {
     ) -> Result<(u16, String), SearchError> {
         let timeout = self.policy.timeout;
         let fut = async {
-            let mut resp = req.send().await.map_err(|e| map_err(provider, timeout, e))?;
+            let mut resp = req
+                .send()
+                .await
+                .map_err(|e| map_err(provider, timeout, e))?;
             let status = resp.status().as_u16();
             let mut body = Vec::new();
-            while let Some(chunk) = resp.chunk().await.map_err(|e| map_err(provider, timeout, e))? {
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| map_err(provider, timeout, e))?
+            {
                 if body.len() + chunk.len() > MAX_ANSWER_BYTES {
                     return Err(SearchError::Garbage {
                         provider,
@@ -500,7 +513,10 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, SearchError> {
     serde_json::from_str(body).map_err(|e| SearchError::Garbage {
         provider,
-        message: format!("{e} (answer starts `{}`)", body.chars().take(80).collect::<String>()),
+        message: format!(
+            "{e} (answer starts `{}`)",
+            body.chars().take(80).collect::<String>()
+        ),
     })
 }
 
@@ -570,6 +586,9 @@ mod tests {
 
     #[test]
     fn snippets_are_plain() {
-        assert_eq!(plain("<b>Rust</b> &amp; <i>tantivy</i>\n x"), "Rust & tantivy x");
+        assert_eq!(
+            plain("<b>Rust</b> &amp; <i>tantivy</i>\n x"),
+            "Rust & tantivy x"
+        );
     }
 }

@@ -52,9 +52,11 @@ pub async fn search(s: &Search, query: &str, n: usize) -> Result<Vec<Hit>, Searc
 /// # Errors
 /// [`SearchError::Garbage`] when the page has no results markup and no "No results" note.
 pub fn parse(body: &str, n: usize) -> Result<Vec<Hit>, SearchError> {
-    let (Some(result), Some(alt), Some(snippet)) =
-        (RESULT.as_ref(), RESULT_HREF_FIRST.as_ref(), SNIPPET.as_ref())
-    else {
+    let (Some(result), Some(alt), Some(snippet)) = (
+        RESULT.as_ref(),
+        RESULT_HREF_FIRST.as_ref(),
+        SNIPPET.as_ref(),
+    ) else {
         return Err(SearchError::Garbage {
             provider: NAME,
             message: "internal pattern error".into(),
@@ -73,8 +75,11 @@ pub fn parse(body: &str, n: usize) -> Result<Vec<Hit>, SearchError> {
         let Some(c) = result.captures(block).or_else(|| alt.captures(block)) else {
             continue;
         };
-        let href = html_escape::decode_html_entities(c.get(1).map_or("", |m| m.as_str())).into_owned();
-        let Some(url) = unwrap_redirect(&href) else { continue };
+        let href =
+            html_escape::decode_html_entities(c.get(1).map_or("", |m| m.as_str())).into_owned();
+        let Some(url) = unwrap_redirect(&href) else {
+            continue;
+        };
         if hits.iter().any(|h: &Hit| h.url == url) {
             continue;
         }

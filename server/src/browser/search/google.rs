@@ -53,12 +53,15 @@ pub async fn search(s: &Search, query: &str, n: usize) -> Result<Vec<Hit>, Searc
     let key = env(&s.policy().google_key_env)?;
     let cx = env(&s.policy().google_cx_env)?;
     let num = n.min(10).to_string();
-    let req = s
-        .http()
-        .get(super::with_query(
-            &s.policy().google_url,
-            &[("key", key.as_str()), ("cx", cx.as_str()), ("q", query), ("num", num.as_str())],
-        ));
+    let req = s.http().get(super::with_query(
+        &s.policy().google_url,
+        &[
+            ("key", key.as_str()),
+            ("cx", cx.as_str()),
+            ("q", query),
+            ("num", num.as_str()),
+        ],
+    ));
     let (status, body) = s.fetch(NAME, req).await?;
     let a: Answer = match json(NAME, &body) {
         Ok(a) => a,

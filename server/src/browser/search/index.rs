@@ -133,8 +133,9 @@ impl EmbeddedIndex {
         let body = truncate(text, MAX_BODY_BYTES).to_string();
         // Key by tenant and URL so tenants never replace each other's copies.
         let key = format!("{tenant}\u{0}{url}");
-        let _ = tokio::task::spawn_blocking(move || add(&inner, &key, &tenant, &url, &title, &body))
-            .await;
+        let _ =
+            tokio::task::spawn_blocking(move || add(&inner, &key, &tenant, &url, &title, &body))
+                .await;
     }
 
     /// Title and text of a folder document by address.
@@ -176,7 +177,12 @@ impl EmbeddedIndex {
     ///
     /// # Errors
     /// [`SearchError::Index`] on an index failure.
-    pub async fn search(&self, tenant: &str, query: &str, n: usize) -> Result<Vec<Hit>, SearchError> {
+    pub async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        n: usize,
+    ) -> Result<Vec<Hit>, SearchError> {
         self.wait_ready().await;
         let inner = self.inner.clone();
         let (tenant, query) = (tenant.to_string(), query.to_string());
@@ -220,7 +226,10 @@ impl Inner {
                 )),
             ),
         ]));
-        let q = BooleanQuery::new(vec![(Occur::Must, text_q.box_clone()), (Occur::Must, visible)]);
+        let q = BooleanQuery::new(vec![
+            (Occur::Must, text_q.box_clone()),
+            (Occur::Must, visible),
+        ]);
         let searcher = self.reader.searcher();
         let top = searcher
             .search(&q, &TopDocs::with_limit(n).order_by_score())
@@ -237,9 +246,16 @@ impl Inner {
                     .to_string()
             };
             let key = get(f.url);
-            let url = key.split_once('\u{0}').map(|(_, u)| u.to_string()).unwrap_or(key);
+            let url = key
+                .split_once('\u{0}')
+                .map(|(_, u)| u.to_string())
+                .unwrap_or(key);
             let snippet = snippets.snippet_from_doc(&d);
-            let mut text = snippet.fragment().split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut text = snippet
+                .fragment()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             if text.is_empty() {
                 text = get(f.body).chars().take(SNIPPET_CHARS).collect::<String>();
                 text = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -282,11 +298,18 @@ fn truncate(s: &str, max: usize) -> &str {
 }
 
 /// Walks `dir` (depth-first, sorted, no symlinks, depth <= 16) and indexes what converts.
-fn index_dir(inner: &Inner, dir: &std::path::Path, max_files: usize, policy: &ExtractPolicy) -> usize {
+fn index_dir(
+    inner: &Inner,
+    dir: &std::path::Path,
+    max_files: usize,
+    policy: &ExtractPolicy,
+) -> usize {
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     let mut count = 0usize;
     while let Some((d, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         let mut entries: Vec<_> = rd.flatten().collect();
         entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
         for e in entries {
@@ -299,11 +322,17 @@ fn index_dir(inner: &Inner, dir: &std::path::Path, max_files: usize, policy: &Ex
                 stack.push((path, depth + 1));
                 continue;
             }
-            if !ft.is_file() || e.metadata().map(|m| m.len() > MAX_FILE_BYTES).unwrap_or(true) {
+            if !ft.is_file()
+                || e.metadata()
+                    .map(|m| m.len() > MAX_FILE_BYTES)
+                    .unwrap_or(true)
+            {
                 continue;
             }
             let name = path.to_string_lossy().into_owned();
-            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             let kind = detect(&name, None, None, &bytes);
             // Images (OCR is slow) and opaque types are not indexed.
             if matches!(
@@ -315,7 +344,9 @@ fn index_dir(inner: &Inner, dir: &std::path::Path, max_files: usize, policy: &Ex
             let Ok(doc) = extract::extract(kind, &bytes, &name, policy) else {
                 continue;
             };
-            let Ok(url) = url::Url::from_file_path(&path) else { continue };
+            let Ok(url) = url::Url::from_file_path(&path) else {
+                continue;
+            };
             let title = doc.title.unwrap_or_else(|| {
                 path.file_name()
                     .map(|n| n.to_string_lossy().into_owned())
