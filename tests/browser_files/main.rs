@@ -431,6 +431,31 @@ async fn zip_members_listed_converted_and_bombs_capped() {
         "{}",
         r.text
     );
+    // The same bomb inside an XLSX (parsed by calamine) and a DOCX.
+    for name in ["bomb.xlsx", "bomb.docx"] {
+        let member = if name.ends_with("xlsx") {
+            "xl/worksheets/sheet1.xml"
+        } else {
+            "word/document.xml"
+        };
+        generated
+            .lock()
+            .expect("lock")
+            .push((name.into(), zip_of(&[(member, &zeros)])));
+        let r = env
+            .call(
+                &s,
+                "download_file",
+                serde_json::json!({ "url": format!("{}/gen/{name}", env.files) }),
+            )
+            .await;
+        assert!(r.is_error, "{name}: {}", r.text);
+        assert!(
+            r.text.contains("browser.extract.max_unpacked_bytes"),
+            "{name}: {}",
+            r.text
+        );
+    }
 }
 
 /// markitdown CVE-2025-11849 (`rlink.docx`): an image linked by an external relationship to a

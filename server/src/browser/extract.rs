@@ -298,7 +298,7 @@ fn extract_inner(
     match kind {
         FileKind::Pdf => pdf::extract(bytes, policy),
         FileKind::Docx => docx::extract(bytes, policy),
-        FileKind::Xlsx | FileKind::Xls => xlsx::extract(bytes, kind).map(plain),
+        FileKind::Xlsx | FileKind::Xls => xlsx::extract(bytes, kind, policy).map(plain),
         FileKind::Pptx => pptx::extract(bytes, policy).map(plain),
         FileKind::Csv => Ok(plain(csv::extract(bytes, name))),
         FileKind::Json => Ok(plain(json_text(bytes))),

@@ -92,6 +92,33 @@ impl<'a> Package<'a> {
         self.zip.is_empty()
     }
 
+    /// Decompresses every member into nothing, counting bytes against the budget: a bomb
+    /// check for formats whose parser reads the ZIP itself (calamine for XLSX). Declared
+    /// sizes are not trusted.
+    ///
+    /// # Errors
+    /// [`ExtractError::TooLarge`] past the cap; [`ExtractError::Corrupt`] on a damaged
+    /// member.
+    pub fn check_unpacked_size(&mut self) -> Result<(), ExtractError> {
+        let what = self.what;
+        for i in 0..self.zip.len() {
+            let f = self
+                .zip
+                .by_index(i)
+                .map_err(|e| ExtractError::Corrupt(format!("{what}: member {i}: {e}")))?;
+            let n = std::io::copy(&mut f.take(self.budget + 1), &mut std::io::sink())
+                .map_err(|e| ExtractError::Corrupt(format!("{what}: member {i}: {e}")))?;
+            if n > self.budget {
+                return Err(ExtractError::TooLarge(format!(
+                    "{what}: decompressed contents exceed browser.extract.max_unpacked_bytes = {} bytes",
+                    self.limit
+                )));
+            }
+            self.budget -= n;
+        }
+        Ok(())
+    }
+
     /// Reads member `name` (decompressed), or `None` if there is no such member.
     ///
     /// # Errors

@@ -18,7 +18,7 @@ pub const DEFAULT_PDFIUM: &str = "/opt/sibyl/lib/libpdfium.so";
 
 static PDFIUM: OnceLock<Result<Pdfium, String>> = OnceLock::new();
 
-fn pdfium(policy: &ExtractPolicy) -> Result<&'static Pdfium, ExtractError> {
+pub(crate) fn pdfium(policy: &ExtractPolicy) -> Result<&'static Pdfium, ExtractError> {
     PDFIUM
         .get_or_init(|| {
             let mut tried = Vec::new();

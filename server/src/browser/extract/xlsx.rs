@@ -12,9 +12,18 @@ use super::{ExtractError, FileKind, markdown_table};
 /// Converts a workbook of type `kind` (`Xlsx` or `Xls`).
 ///
 /// # Errors
-/// [`ExtractError::Corrupt`] naming the type if calamine cannot open it.
-pub fn extract(bytes: &[u8], kind: FileKind) -> Result<String, ExtractError> {
+/// [`ExtractError::Corrupt`] naming the type if calamine cannot open it;
+/// [`ExtractError::TooLarge`] past the decompression cap.
+pub fn extract(
+    bytes: &[u8],
+    kind: FileKind,
+    policy: &super::ExtractPolicy,
+) -> Result<String, ExtractError> {
     let what = kind.name();
+    if kind != FileKind::Xls {
+        // calamine inflates members itself: check the bomb cap first.
+        super::package::Package::open(bytes, policy, "XLSX")?.check_unpacked_size()?;
+    }
     let cursor = Cursor::new(bytes);
     let mut book: calamine::Sheets<_> = match kind {
         FileKind::Xls => calamine::Xls::new(cursor)
