@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The browser's file extraction (issue 5): tesseract for OCR of images, and libpdfium.so for
+# The browser (issue 5): Chromium for JavaScript pages, tesseract for OCR of images, and libpdfium.so for
 # PDF text (no Debian package: taken from the `pypdfium2` wheel on PyPI, which ships a
 # self-contained build depending only on libc/libm/libgcc). Idempotent and quiet.
 set -euo pipefail
-apt_install tesseract-ocr tesseract-ocr-eng unzip
+apt_install tesseract-ocr tesseract-ocr-eng unzip chromium
 PDFIUM_DIR=/opt/sibyl/lib
 PDFIUM_VERSION=5.15.2
 if [ ! -s "$PDFIUM_DIR/libpdfium.so" ]; then

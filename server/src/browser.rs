@@ -15,6 +15,7 @@ pub mod download;
 pub mod extract;
 pub mod fetch;
 pub mod find;
+pub mod render;
 pub mod search;
 pub mod ssrf;
 pub mod viewport;
@@ -43,6 +44,7 @@ pub struct Browser {
     viewport_size: usize,
     extract: Arc<extract::ExtractPolicy>,
     search: Option<Arc<search::Search>>,
+    renderer: Option<Arc<render::Renderer>>,
 }
 
 /// One loaded page.
@@ -166,7 +168,21 @@ impl Browser {
             viewport_size: policy.viewport_size,
             extract: Arc::new(policy.extract.clone()),
             search: None,
+            renderer: (policy.render.mode != render::RenderMode::Never).then(|| {
+                Arc::new(render::Renderer::new(
+                    policy.render.clone(),
+                    Arc::new(ssrf::AddressGuard::new(
+                        policy.allow.clone(),
+                        policy.block.clone(),
+                    )),
+                ))
+            }),
         })
+    }
+
+    /// The Chromium renderer, if the policy renders pages.
+    pub fn renderer(&self) -> Option<&Arc<render::Renderer>> {
+        self.renderer.as_ref()
     }
 
     /// Uses `search` for `informational_web_search` / `navigational_web_search` and for
@@ -351,7 +367,10 @@ impl Browser {
                             ToolError::Internal(format!("HTML conversion task failed: {e}"))
                         })?;
                 match rendered {
-                    Ok(r) => (r.title, r.text, r.hidden),
+                    Ok(r) => {
+                        self.maybe_render(&fetched, &html_of(&fetched), r, &mut notes)
+                            .await
+                    }
                     Err(e) => return Ok(ToolOutput::error(format!("Cannot show {address}: {e}"))),
                 }
             }
@@ -488,7 +507,62 @@ impl Browser {
     }
 }
 
+fn html_of(fetched: &fetch::Fetched) -> String {
+    fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true)
+}
+
 impl Browser {
+    /// Re-renders an HTML page with Chromium when the policy says so (`always`, or `auto`
+    /// for a page with scripts and little text); keeps the plain conversion, with a note, if
+    /// rendering fails.
+    async fn maybe_render(
+        &self,
+        fetched: &fetch::Fetched,
+        html: &str,
+        plain: convert::Rendered,
+        notes: &mut Vec<String>,
+    ) -> (Option<String>, String, Vec<Range<usize>>) {
+        let Some(renderer) = &self.renderer else {
+            return (plain.title, plain.text, plain.hidden);
+        };
+        let p = renderer.policy();
+        let wanted = match p.mode {
+            render::RenderMode::Never => false,
+            render::RenderMode::Always => fetched.status < 400,
+            render::RenderMode::Auto => {
+                fetched.status < 400
+                    && html.to_ascii_lowercase().contains("<script")
+                    && plain.text.chars().count() < p.min_text_chars
+            }
+        };
+        if !wanted {
+            return (plain.title, plain.text, plain.hidden);
+        }
+        let started = Instant::now();
+        match renderer.render(&fetched.final_url).await {
+            Ok(dom) => {
+                let base = fetched.final_url.clone();
+                let converted =
+                    tokio::task::spawn_blocking(move || convert::html_to_text(&dom, Some(&base)))
+                        .await;
+                match converted {
+                    Ok(Ok(r)) => {
+                        tracing::debug!(url = %fetched.final_url, ms = started.elapsed().as_millis() as u64, "rendered with Chromium");
+                        (r.title.or(plain.title), r.text, r.hidden)
+                    }
+                    _ => (plain.title, plain.text, plain.hidden),
+                }
+            }
+            Err(e) => {
+                tracing::info!(url = %fetched.final_url, error = %e, "render failed");
+                notes.push(format!(
+                    "JavaScript rendering failed ({e}); showing the page as fetched."
+                ));
+                (plain.title, plain.text, plain.hidden)
+            }
+        }
+    }
+
     /// Runs a search; shows the results page, or (navigational) visits the first result.
     async fn search(
         &self,

@@ -111,6 +111,7 @@ mod raw {
         pub allow_hosts: Vec<String>,
         pub block_hosts: Vec<String>,
         pub extract: crate::browser::extract::RawExtractPolicy,
+        pub render: crate::browser::render::RawRenderPolicy,
     }
 
     impl Default for Browser {
@@ -125,6 +126,7 @@ mod raw {
                 allow_hosts: Vec::new(),
                 block_hosts: Vec::new(),
                 extract: Default::default(),
+                render: Default::default(),
             }
         }
     }
@@ -189,6 +191,8 @@ pub struct BrowserPolicy {
     pub block: HostRules,
     /// File extraction limits (`[browser.extract]`).
     pub extract: crate::browser::extract::ExtractPolicy,
+    /// JavaScript rendering with Chromium (`[browser.render]`).
+    pub render: crate::browser::render::RenderPolicy,
 }
 
 /// A list of host rules: exact host names, `*.suffix` wildcards, IP addresses and CIDR networks.
@@ -398,6 +402,7 @@ impl Policy {
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
                 extract: crate::browser::extract::ExtractPolicy::check(&b.extract, origin)?,
+                render: crate::browser::render::RenderPolicy::check(&b.render, origin)?,
             },
         })
     }

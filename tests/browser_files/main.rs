@@ -13,6 +13,7 @@ use sibyl_proto::v1::tool_service_client::ToolServiceClient;
 use sibyl_proto::v1::{CallToolRequest, CallToolResponse, OpenSessionRequest};
 use tonic::transport::Channel;
 
+mod render;
 mod search;
 
 fn fixtures() -> PathBuf {
