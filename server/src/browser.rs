@@ -499,7 +499,8 @@ impl Browser {
             Err(e) => {
                 tracing::info!(%url, kind = kind.name(), error = %e, "file not converted");
                 Err(format!(
-                    "Cannot show {url} as text ({} file): {e}. {saved_note} The current page is unchanged.",
+                    "The address {url} holds a {} file, which sibyl cannot show as text: {e}. \
+                     {saved_note} The current page is unchanged.",
                     kind.name()
                 ))
             }
@@ -813,6 +814,8 @@ impl Tool for BrowserTool {
             }
             Action::Find => {
                 let query = find.unwrap_or_default();
+                let compiled = find::compile_query(&query)
+                    .map_err(|e| ToolError::InvalidArguments(format!("search_string: {e}")))?;
                 let Some(page) = &st.page else {
                     return Ok(no_page());
                 };
@@ -825,10 +828,7 @@ impl Tool for BrowserTool {
                     f.current = (f.current + 1) % f.matches.len();
                     return Ok(show_match(st));
                 }
-                let matches = page
-                    .index()
-                    .find_all(&query)
-                    .map_err(|e| ToolError::InvalidArguments(format!("search_string: {e}")))?;
+                let matches = page.index().find_compiled(&compiled);
                 if matches.is_empty() {
                     st.find = None;
                     return Ok(ToolOutput::text(format!(

@@ -43,7 +43,9 @@ pub fn provider_routes(r: axum::Router) -> axum::Router {
         "/pages/{name}",
         axum::routing::get(
             |axum::extract::Path(name): axum::extract::Path<String>| async move {
-                match std::fs::read_to_string(pages_dir().join(&name)) {
+                // `/pages/<dir>.html` serves the saved `<dir>/source.html`.
+                let dir = name.strip_suffix(".html").unwrap_or(&name).replace(['/', '\\'], "");
+                match std::fs::read_to_string(pages_dir().join(dir).join("source.html")) {
                     Ok(b) => Html(b).into_response(),
                     Err(_) => StatusCode::NOT_FOUND.into_response(),
                 }
