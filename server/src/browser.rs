@@ -11,8 +11,12 @@
 //! reply says which match of how many it shows.
 
 pub mod convert;
+pub mod download;
+pub mod extract;
 pub mod fetch;
 pub mod find;
+pub mod render;
+pub mod search;
 pub mod ssrf;
 pub mod viewport;
 
@@ -38,6 +42,9 @@ pub const MAX_URL_BYTES: usize = 8192;
 pub struct Browser {
     fetcher: Fetcher,
     viewport_size: usize,
+    extract: Arc<extract::ExtractPolicy>,
+    search: Option<Arc<search::Search>>,
+    renderer: Option<Arc<render::Renderer>>,
 }
 
 /// One loaded page.
@@ -116,6 +123,17 @@ struct FindArgs {
     search_string: String,
 }
 
+/// Arguments of `informational_web_search` and `navigational_web_search`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    /// The search query.
+    query: String,
+}
+
+/// Longest search query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 2048;
+
 /// Arguments of tools that take none.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -124,6 +142,9 @@ struct NoArgs {}
 #[derive(Clone, Copy)]
 enum Action {
     Visit,
+    Download,
+    Search,
+    Navigate,
     PageUp,
     PageDown,
     Find,
@@ -145,10 +166,32 @@ impl Browser {
         Ok(Self {
             fetcher: Fetcher::new(policy)?,
             viewport_size: policy.viewport_size,
+            extract: Arc::new(policy.extract.clone()),
+            search: None,
+            renderer: (policy.render.mode != render::RenderMode::Never).then(|| {
+                Arc::new(render::Renderer::new(
+                    policy.render.clone(),
+                    Arc::new(ssrf::AddressGuard::new(
+                        policy.allow.clone(),
+                        policy.block.clone(),
+                    )),
+                ))
+            }),
         })
     }
 
-    /// Registers the five browser tools.
+    /// The Chromium renderer, if the policy renders pages.
+    pub fn renderer(&self) -> Option<&Arc<render::Renderer>> {
+        self.renderer.as_ref()
+    }
+
+    /// Uses `search` for `informational_web_search` / `navigational_web_search` and for
+    /// indexing fetched pages. Without it the search tools say search is not configured.
+    pub fn set_search(&mut self, search: search::Search) {
+        self.search = Some(Arc::new(search));
+    }
+
+    /// Registers the browser tools.
     ///
     /// # Errors
     /// When a tool name is already taken.
@@ -170,6 +213,42 @@ impl Browser {
                  `Address:`, `Title:` and `Viewport position: Showing page N of M.`. \
                  Links appear as [text](url) and can be visited in turn.",
                 schema_for::<VisitArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Download,
+                "download_file",
+                "Download a file by URL (PDF, DOCX, XLSX/XLS, PPTX, CSV, JSON, XML/RSS, EPUB, \
+                 ipynb, ZIP, HTML, text, images via OCR), save it in the session's scratch \
+                 directory (where the Python tools can read it) and show its text like a \
+                 page, with paging and find. The reply names the saved path.",
+                schema_for::<VisitArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Search,
+                "informational_web_search",
+                "Search the web and show the results page: a heading with the query and \
+                 the result count, then `N. [title](url)` and a snippet per result. Visit a \
+                 result with visit_page.",
+                schema_for::<SearchArgs>(),
+                Hints {
+                    open_world: true,
+                    ..read
+                },
+            ),
+            (
+                Action::Navigate,
+                "navigational_web_search",
+                "Search the web and go straight to the first result, shown like visit_page. \
+                 Use it to open a known page or site by name.",
+                schema_for::<SearchArgs>(),
                 Hints {
                     open_world: true,
                     ..read
@@ -223,7 +302,13 @@ impl Browser {
         Ok(())
     }
 
-    async fn visit(&self, st: &mut BrowserState, raw_url: &str) -> Result<ToolOutput, ToolError> {
+    async fn visit(
+        &self,
+        st: &mut BrowserState,
+        raw_url: &str,
+        session: &crate::session::Session,
+        download: bool,
+    ) -> Result<ToolOutput, ToolError> {
         if raw_url.len() > MAX_URL_BYTES {
             return Err(ToolError::InvalidArguments(format!(
                 "url: longer than {MAX_URL_BYTES} bytes"
@@ -265,7 +350,12 @@ impl Browser {
             Err(e) => return Ok(ToolOutput::error(format!("Cannot visit {url}: {e}"))),
         };
         let address = fetched.final_url.to_string();
-        let kind = ContentKind::of(fetched.mime.as_deref(), &fetched.body);
+        let kind = if download && fetched.status < 400 {
+            ContentKind::Other
+        } else {
+            ContentKind::of(fetched.mime.as_deref(), &fetched.body)
+        };
+        let mut notes = Vec::new();
         let (title, text, hidden) = match kind {
             ContentKind::Html => {
                 let html = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true);
@@ -277,7 +367,10 @@ impl Browser {
                             ToolError::Internal(format!("HTML conversion task failed: {e}"))
                         })?;
                 match rendered {
-                    Ok(r) => (r.title, r.text, r.hidden),
+                    Ok(r) => {
+                        self.maybe_render(&fetched, &html_of(&fetched), r, &mut notes)
+                            .await
+                    }
                     Err(e) => return Ok(ToolOutput::error(format!("Cannot show {address}: {e}"))),
                 }
             }
@@ -285,14 +378,21 @@ impl Browser {
                 let text = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), false);
                 (None, text, Vec::new())
             }
-            ContentKind::Other => {
+            ContentKind::Other if fetched.status >= 400 => {
                 let mime = fetched.mime.as_deref().unwrap_or("binary data");
-                return Ok(ToolOutput::error(format!(
-                    "The address {address} holds {mime} content ({} bytes), which visit_page \
-                     cannot show as text; the current page is unchanged.",
-                    fetched.body.len()
-                )));
+                (
+                    None,
+                    format!("({mime} content, {} bytes)", fetched.body.len()),
+                    Vec::new(),
+                )
             }
+            ContentKind::Other => match self.extract_file(&fetched, session).await? {
+                Ok((file, note)) => {
+                    notes.push(note);
+                    (file.title, file.text, file.hidden)
+                }
+                Err(message) => return Ok(ToolOutput::error(message)),
+            },
         };
         let failed = fetched.status >= 400;
         let (title, text, hidden) = if failed {
@@ -311,6 +411,11 @@ impl Browser {
             (title, text, hidden)
         };
         let title = title.unwrap_or_else(|| fallback_title(&fetched.final_url));
+        if !failed && let Some(search) = &self.search {
+            search
+                .record(&session.tenant().0, &address, &title, &text)
+                .await;
+        }
         st.set_page(Page::new(
             address.clone(),
             title,
@@ -319,7 +424,6 @@ impl Browser {
             self.viewport_size,
         ));
         let now = Instant::now();
-        let mut notes = Vec::new();
         if let Some((_, when)) = st.history.iter().rev().find(|(a, _)| *a == address) {
             notes.push(format!(
                 "You previously visited this page {} seconds ago.",
@@ -332,6 +436,203 @@ impl Browser {
         }
         let mut out = view(st, &notes);
         out.is_error = failed;
+        Ok(out)
+    }
+}
+
+impl Browser {
+    /// Saves a fetched file into the session's scratch directory and converts it to text.
+    /// The outer error is an internal failure; the inner `Err` is the message of a file that
+    /// could not be shown (unsupported or corrupt type), which still names the saved path.
+    async fn extract_file(
+        &self,
+        fetched: &fetch::Fetched,
+        session: &crate::session::Session,
+    ) -> Result<Result<(extract::Extracted, String), String>, ToolError> {
+        let url = &fetched.final_url;
+        let name = download::safe_name(url, fetched.disposition.as_deref());
+        let kind = download::detect(
+            url.path(),
+            fetched.mime.as_deref(),
+            fetched.disposition.as_deref(),
+            &fetched.body,
+        );
+        let saved = match session.scratch_dir() {
+            Ok(dir) => download::save(dir, &name, &fetched.body)
+                .await
+                .map_err(|e| format!("cannot save the file: {e}")),
+            Err(e) => Err(format!("no scratch directory: {e}")),
+        };
+        let saved_note = match &saved {
+            Ok(p) => format!(
+                "Saved {} bytes ({}) to {}.",
+                fetched.body.len(),
+                kind.name(),
+                p.display()
+            ),
+            Err(e) => format!("The file was not saved: {e}."),
+        };
+        let body = fetched.body.clone();
+        let policy = self.extract.clone();
+        let base = url.clone();
+        let file_name = name.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            if kind == extract::FileKind::Html {
+                // Links resolve against the address, as for pages.
+                extract::html(&body, Some(&base)).map(|mut e| {
+                    e.text = e.text.trim().to_string();
+                    e
+                })
+            } else {
+                extract::extract(kind, &body, &file_name, &policy)
+            }
+        })
+        .await
+        .map_err(|e| ToolError::Internal(format!("file conversion task failed: {e}")))?;
+        Ok(match result {
+            Ok(mut file) => {
+                if file.title.is_none() {
+                    file.title = Some(name);
+                }
+                Ok((file, saved_note))
+            }
+            Err(e) => {
+                tracing::info!(%url, kind = kind.name(), error = %e, "file not converted");
+                Err(format!(
+                    "The address {url} holds a {} file, which sibyl cannot show as text: {e}. \
+                     {saved_note} The current page is unchanged.",
+                    kind.name()
+                ))
+            }
+        })
+    }
+}
+
+fn html_of(fetched: &fetch::Fetched) -> String {
+    fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true)
+}
+
+impl Browser {
+    /// Re-renders an HTML page with Chromium when the policy says so (`always`, or `auto`
+    /// for a page with scripts and little text); keeps the plain conversion, with a note, if
+    /// rendering fails.
+    async fn maybe_render(
+        &self,
+        fetched: &fetch::Fetched,
+        html: &str,
+        plain: convert::Rendered,
+        notes: &mut Vec<String>,
+    ) -> (Option<String>, String, Vec<Range<usize>>) {
+        let Some(renderer) = &self.renderer else {
+            return (plain.title, plain.text, plain.hidden);
+        };
+        let p = renderer.policy();
+        let wanted = match p.mode {
+            render::RenderMode::Never => false,
+            render::RenderMode::Always => fetched.status < 400,
+            render::RenderMode::Auto => {
+                fetched.status < 400
+                    && html.to_ascii_lowercase().contains("<script")
+                    && plain.text.chars().count() < p.min_text_chars
+            }
+        };
+        if !wanted {
+            return (plain.title, plain.text, plain.hidden);
+        }
+        let started = Instant::now();
+        match renderer.render(&fetched.final_url).await {
+            Ok(dom) => {
+                let base = fetched.final_url.clone();
+                let converted =
+                    tokio::task::spawn_blocking(move || convert::html_to_text(&dom, Some(&base)))
+                        .await;
+                match converted {
+                    Ok(Ok(r)) => {
+                        tracing::debug!(url = %fetched.final_url, ms = started.elapsed().as_millis() as u64, "rendered with Chromium");
+                        (r.title.or(plain.title), r.text, r.hidden)
+                    }
+                    _ => (plain.title, plain.text, plain.hidden),
+                }
+            }
+            Err(e) => {
+                tracing::info!(url = %fetched.final_url, error = %e, "render failed");
+                notes.push(format!(
+                    "JavaScript rendering failed ({e}); showing the page as fetched."
+                ));
+                (plain.title, plain.text, plain.hidden)
+            }
+        }
+    }
+
+    /// Runs a search; shows the results page, or (navigational) visits the first result.
+    async fn search(
+        &self,
+        st: &mut BrowserState,
+        query: &str,
+        session: &crate::session::Session,
+        navigate: bool,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some(search) = &self.search else {
+            return Ok(ToolOutput::error(
+                "Web search is not configured on this server ([search] in the policy).",
+            ));
+        };
+        let provider = search.provider().name();
+        let hits = match search.search(&session.tenant().0, query).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::info!(provider, error = %e, "search failed");
+                return Ok(ToolOutput::error(format!(
+                    "The web search for '{query}' failed: {e}"
+                )));
+            }
+        };
+        if navigate {
+            let Some(first) = hits.first() else {
+                return Ok(ToolOutput::error(format!(
+                    "The web search for '{query}' found no results, so there is no page to go to."
+                )));
+            };
+            // Documents of the embedded folder are shown from the index (file:// is not
+            // fetched by the browser).
+            if first.url.starts_with("file://") {
+                let Some((title, text)) = search.stored_document(&first.url).await else {
+                    return Ok(ToolOutput::error(format!(
+                        "The first result {} is no longer in the index.",
+                        first.url
+                    )));
+                };
+                st.set_page(Page::new(
+                    first.url.clone(),
+                    title,
+                    text,
+                    Vec::new(),
+                    self.viewport_size,
+                ));
+                st.history.push((first.url.clone(), Instant::now()));
+                return Ok(view(st, &[]));
+            }
+            let url = first.url.clone();
+            return self.visit(st, &url, session, false).await;
+        }
+        let text = search::results_page(query, &hits);
+        let address = format!("search: {query}");
+        st.set_page(Page::new(
+            address.clone(),
+            format!("{query} - Search"),
+            text,
+            Vec::new(),
+            usize::MAX,
+        ));
+        st.history.push((address, Instant::now()));
+        let mut out = view(st, &[]);
+        if let Some(obj) = out.structured.as_mut().and_then(|v| v.as_object_mut()) {
+            obj.insert("provider".into(), provider.into());
+            obj.insert(
+                "results".into(),
+                serde_json::to_value(&hits).unwrap_or_default(),
+            );
+        }
         Ok(out)
     }
 }
@@ -456,7 +757,21 @@ impl Tool for BrowserTool {
     ) -> Result<ToolOutput, ToolError> {
         // Parse before touching state, so bad arguments change nothing.
         let (visit, find) = match self.action {
-            Action::Visit => (Some(parse_args::<VisitArgs>(args)?.url), None),
+            Action::Visit | Action::Download => (Some(parse_args::<VisitArgs>(args)?.url), None),
+            Action::Search | Action::Navigate => {
+                let q = parse_args::<SearchArgs>(args)?.query;
+                if q.trim().is_empty() {
+                    return Err(ToolError::InvalidArguments(
+                        "query: must not be empty".into(),
+                    ));
+                }
+                if q.len() > MAX_QUERY_BYTES {
+                    return Err(ToolError::InvalidArguments(format!(
+                        "query: longer than {MAX_QUERY_BYTES} bytes"
+                    )));
+                }
+                (Some(q), None)
+            }
             Action::Find => (None, Some(parse_args::<FindArgs>(args)?.search_string)),
             _ => {
                 parse_args::<NoArgs>(args)?;
@@ -466,9 +781,24 @@ impl Tool for BrowserTool {
         let mut guard = ctx.session.state.lock().await;
         let st = guard.get_or_default::<BrowserState>();
         match self.action {
-            Action::Visit => {
+            Action::Visit | Action::Download => {
                 self.browser
-                    .visit(st, visit.as_deref().unwrap_or_default())
+                    .visit(
+                        st,
+                        visit.as_deref().unwrap_or_default(),
+                        &ctx.session,
+                        matches!(self.action, Action::Download),
+                    )
+                    .await
+            }
+            Action::Search | Action::Navigate => {
+                self.browser
+                    .search(
+                        st,
+                        visit.as_deref().unwrap_or_default().trim(),
+                        &ctx.session,
+                        matches!(self.action, Action::Navigate),
+                    )
                     .await
             }
             Action::PageUp | Action::PageDown => {

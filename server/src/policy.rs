@@ -64,6 +64,7 @@ mod raw {
         pub browser: Browser,
         pub runner: crate::runner::policy::raw::Runner,
         pub plugins: crate::plugin::policy::RawPlugins,
+        pub search: crate::browser::search::RawSearchPolicy,
     }
 
     #[derive(Debug, Deserialize)]
@@ -111,6 +112,8 @@ mod raw {
         pub user_agent: String,
         pub allow_hosts: Vec<String>,
         pub block_hosts: Vec<String>,
+        pub extract: crate::browser::extract::RawExtractPolicy,
+        pub render: crate::browser::render::RawRenderPolicy,
     }
 
     impl Default for Browser {
@@ -124,6 +127,8 @@ mod raw {
                 user_agent: super::DEFAULT_USER_AGENT.to_string(),
                 allow_hosts: Vec::new(),
                 block_hosts: Vec::new(),
+                extract: Default::default(),
+                render: Default::default(),
             }
         }
     }
@@ -146,6 +151,8 @@ pub struct Policy {
     pub runner: crate::runner::RunnerPolicy,
     /// WebAssembly plugin tools (`[plugins]`).
     pub plugins: crate::plugin::policy::PluginsPolicy,
+    /// Web search (`[search]`).
+    pub search: crate::browser::search::SearchPolicy,
 }
 
 /// Server-wide limits (`[server]`).
@@ -188,6 +195,10 @@ pub struct BrowserPolicy {
     pub allow: HostRules,
     /// Hosts and networks always refused.
     pub block: HostRules,
+    /// File extraction limits (`[browser.extract]`).
+    pub extract: crate::browser::extract::ExtractPolicy,
+    /// JavaScript rendering with Chromium (`[browser.render]`).
+    pub render: crate::browser::render::RenderPolicy,
 }
 
 /// A list of host rules: exact host names, `*.suffix` wildcards, IP addresses and CIDR networks.
@@ -325,6 +336,7 @@ impl Policy {
         }
         Ok(Policy {
             runner: crate::runner::policy::check(&raw.runner, origin)?,
+            search: crate::browser::search::SearchPolicy::check(&raw.search, origin)?,
             server: ServerPolicy {
                 max_concurrent_calls: to_usize(range(
                     "server.max_concurrent_calls",
@@ -396,6 +408,8 @@ impl Policy {
                 user_agent: b.user_agent.clone(),
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
+                extract: crate::browser::extract::ExtractPolicy::check(&b.extract, origin)?,
+                render: crate::browser::render::RenderPolicy::check(&b.render, origin)?,
             },
             plugins: crate::plugin::policy::check(&raw.plugins, origin)?,
         })

@@ -47,8 +47,17 @@ impl Sibyl {
     /// [`ServeError::Setup`] when a tool cannot be built.
     pub fn new(policy: Policy) -> Result<Self, ServeError> {
         let mut registry = ToolRegistry::new();
-        let browser =
-            Arc::new(Browser::new(&policy.browser).map_err(|e| ServeError::Setup(e.to_string()))?);
+        let mut browser =
+            Browser::new(&policy.browser).map_err(|e| ServeError::Setup(e.to_string()))?;
+        browser.set_search(
+            crate::browser::search::Search::new(
+                &policy.search,
+                &policy.browser.extract,
+                &policy.browser.user_agent,
+            )
+            .map_err(|e| ServeError::Setup(e.to_string()))?,
+        );
+        let browser = Arc::new(browser);
         browser
             .register(&mut registry)
             .map_err(|e| ServeError::Setup(e.to_string()))?;

@@ -19,8 +19,11 @@ async fn list_tools_describes_the_browser() {
     assert_eq!(
         names,
         [
+            "download_file",
             "find_next",
             "find_on_page_ctrl_f",
+            "informational_web_search",
+            "navigational_web_search",
             "page_down",
             "page_up",
             "visit_page"

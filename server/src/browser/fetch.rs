@@ -22,6 +22,8 @@ pub struct Fetched {
     pub charset: Option<String>,
     /// The body, after content decoding (gzip, brotli, deflate).
     pub body: Vec<u8>,
+    /// The file name from `Content-Disposition`, if sent.
+    pub disposition: Option<String>,
 }
 
 /// Why a fetch failed.
@@ -145,6 +147,11 @@ impl Fetcher {
             .and_then(|v| v.to_str().ok())
             .map(parse_content_type)
             .unwrap_or((None, None));
+        let disposition = resp
+            .headers()
+            .get(reqwest::header::CONTENT_DISPOSITION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::browser::download::disposition_filename);
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e))? {
             if body.len() + chunk.len() > self.max_bytes {
@@ -161,6 +168,7 @@ impl Fetcher {
             mime,
             charset,
             body,
+            disposition,
         })
     }
 
