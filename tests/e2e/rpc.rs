@@ -19,6 +19,7 @@ async fn list_tools_describes_the_browser() {
     assert_eq!(
         names,
         [
+            "computer_terminal",
             "download_file",
             "find_next",
             "find_on_page_ctrl_f",
@@ -26,6 +27,7 @@ async fn list_tools_describes_the_browser() {
             "navigational_web_search",
             "page_down",
             "page_up",
+            "python",
             "visit_page"
         ]
     );
