@@ -825,3 +825,33 @@ async fn wasm_streams_output() {
     );
     assert!(seen.starts_with("out:one"), "{seen}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_crashers_and_missing_os_features() {
+    let srv = start(POLICY).await;
+    let mut c = srv.client.clone();
+    let runner = "wasm";
+    warm(&mut c, runner).await;
+    let k = canaries();
+    let cases = [
+        // No processes, no threads beyond the one, no native code loading.
+        "import os\nos.fork()",
+        "import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'true'])",
+        "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(60,)).start()",
+        "import ctypes\nctypes.string_at(0)",
+        // A corrupt code object and unbounded recursion: the interpreter may trap.
+        "f = lambda: 0\nf.__code__ = f.__code__.replace(co_code=b'\\x64\\xff' * 8, co_consts=())\nf()",
+        "import sys\nsys.setrecursionlimit(10**7)\ndef f(n): return f(n + 1)\nf(0)",
+    ];
+    let mut runs = Vec::new();
+    for code in cases {
+        let started = Instant::now();
+        let r = py(&mut c, "", runner, code).await;
+        assert!(r.is_error, "{code}: {}", r.text);
+        assert!(started.elapsed() < Duration::from_secs(15), "{code}");
+        runs.push(r);
+    }
+    let refs: Vec<&Run> = runs.iter().collect();
+    k.assert_untouched("wasm crashers", &refs);
+    alive(&mut c, runner).await;
+}
