@@ -12,7 +12,7 @@ async fn sibyl_agent_scripting_forms() {
     let (code, out, err) = agent(&["tools", "--server", &url]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<_> = out.lines().collect();
-    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(lines.len(), 7, "{out}");
     for line in &lines {
         let fields: Vec<_> = line.split('\t').collect();
         assert_eq!(fields.len(), 3, "NAME, ORIGIN, DESCRIPTION: {line}");

@@ -19,10 +19,12 @@ async fn list_tools_describes_the_browser() {
     assert_eq!(
         names,
         [
+            "computer_terminal",
             "find_next",
             "find_on_page_ctrl_f",
             "page_down",
             "page_up",
+            "python",
             "visit_page"
         ]
     );
