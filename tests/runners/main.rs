@@ -754,6 +754,25 @@ async fn wasm_sessions_are_notebooks_with_numpy_and_pandas() {
     assert!(!r.is_error, "{}", r.text);
     let r = py(&mut c, &a, "wasm", "print(open('from_sub.txt').read())").await;
     assert_eq!(r.stdout(), "hi from subprocess\n", "{}", r.text);
+    // A symlink planted by the subprocess sandbox does not lead the WASM guest (whose files
+    // the server opens as root) out of the scratch directory.
+    let r = py(
+        &mut c,
+        &a,
+        "subprocess",
+        "import os\nos.symlink('/etc/passwd', 'pw')\nos.symlink('/', 'top')",
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text);
+    let r = py(
+        &mut c,
+        &a,
+        "wasm",
+        "for p in ['pw', 'top/etc/passwd']:\n    try: print(open(p).read()[:40])\n    except Exception as e: print(p, type(e).__name__)",
+    )
+    .await;
+    assert!(!r.stdout().contains("root:"), "symlink escape: {}", r.text);
+    assert!(r.stdout().contains("pw "), "{}", r.text);
     // No processes, no sockets.
     let r = py(
         &mut c,
