@@ -397,6 +397,11 @@ fn classify(exit_code: Option<i32>, signal: Option<i32>, stderr: &[u8]) -> Optio
         Some(LimitHit::Disk)
     } else if last.contains("Too many open files") {
         Some(LimitHit::OpenFiles)
+    } else if tail.contains("Resource temporarily unavailable")
+        || tail.contains("can't start new thread")
+    {
+        // Children of a fork bomb interleave their tracebacks; the limit shows in the tail.
+        Some(LimitHit::Processes)
     } else {
         None
     }
