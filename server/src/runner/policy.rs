@@ -174,17 +174,21 @@ pub enum Protection {
     IpcNamespace,
     /// rlimits: CPU, address space, processes, file size, open files.
     Rlimits,
+    /// A seccomp filter refusing kernel interfaces sandboxed code has no use for (namespaces,
+    /// mounts, ptrace, keyrings, bpf, perf, userfaultfd, io_uring, modules…).
+    Seccomp,
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 6] = [
+    pub const ALL: [Protection; 7] = [
         Protection::UserNamespace,
         Protection::PidNamespace,
         Protection::NetNamespace,
         Protection::MountNamespace,
         Protection::IpcNamespace,
         Protection::Rlimits,
+        Protection::Seccomp,
     ];
 
     /// The policy spelling.
@@ -196,6 +200,7 @@ impl Protection {
             Protection::MountNamespace => "mount_ns",
             Protection::IpcNamespace => "ipc_ns",
             Protection::Rlimits => "rlimits",
+            Protection::Seccomp => "seccomp",
         }
     }
 

@@ -2,9 +2,9 @@
 //!
 //! Each call runs
 //! `prlimit <rlimits> -- setpriv --reuid U --regid U --clear-groups --inh-caps=-all
-//! --no-new-privs -- bwrap --unshare-{user,pid,net,ipc,uts} --die-with-parent … python3 -u -`
-//! with the code on stdin, where `U` is an unprivileged host uid of its own for each session
-//! (`runner.subprocess.uid_base` + n), so the process limit counts only that session and the
+//! --no-new-privs -- bwrap --unshare-{user,pid,net,ipc,uts} --seccomp 0 --die-with-parent …
+//! python3 -u /run/sibyl/main.py` (the program bound read-only), where `U` is an
+//! unprivileged host uid of its own for each session (`runner.subprocess.uid_base` + n), so the process limit counts only that session and the
 //! sandbox owns nothing on the host but its scratch directory. Inside: a read-only bind of
 //! `ro_binds` (default `/usr` and the merged-/usr symlinks), a private `/proc` of its own PID
 //! namespace, a minimal `/dev`, a size-capped tmpfs `/tmp`, the session's scratch directory
@@ -15,8 +15,9 @@
 //! kernel kills every process of the PID namespace with it, so no orphan survives a call.
 //! Variables do not persist between calls of this runner (files in `/scratch` do).
 //!
-//! Not applied yet: seccomp and Landlock filters (the namespaces and the unprivileged uid
-//! are the boundary); the startup report says so.
+//! A seccomp deny-list (see `seccomp_program`) is passed to bwrap (`--seccomp 0`, the filter
+//! on stdin), so the program is written to a file bound read-only at `/run/sibyl/main.py`.
+//! Not applied: Landlock; the startup report says so.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,8 @@ use super::{LimitHit, RunOutcome, Runner, RunnerError, StreamKind, emit, lossy, 
 use crate::session::Session;
 
 const NAME: &str = "subprocess";
+/// Where the program is bound inside the sandbox when stdin carries the seccomp filter.
+const PROGRAM: &str = "/run/sibyl/main.py";
 
 /// The sandbox uid of a session, kept in its state map.
 #[derive(Default)]
@@ -49,6 +52,11 @@ pub struct SubprocessRunner {
     unavailable: Option<String>,
     next_uid: AtomicU32,
     symlinks: Vec<(String, String)>,
+    /// The compiled seccomp filter (BPF), handed to bwrap as its stdin (`--seccomp 0`).
+    seccomp: Option<tempfile::NamedTempFile>,
+    /// Where each run's program is written (mode 0711: others cannot list it) and bound
+    /// read-only into the sandbox, since stdin carries the seccomp filter.
+    code_dir: Option<tempfile::TempDir>,
 }
 
 impl SubprocessRunner {
@@ -79,7 +87,18 @@ impl SubprocessRunner {
             next_uid: AtomicU32::new(0),
             symlinks,
             policy: sp,
+            seccomp: None,
+            code_dir: None,
         };
+        match (seccomp_file(), code_dir()) {
+            (Ok(f), Ok(d)) => {
+                me.seccomp = Some(f);
+                me.code_dir = Some(d);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(runner = NAME, error = %e, "no seccomp filter");
+            }
+        }
         if !me.policy.enabled {
             me.unavailable = Some("disabled by runner.subprocess.enabled = false".into());
             return me;
@@ -116,10 +135,16 @@ impl SubprocessRunner {
         // The base sandbox (user + mount namespaces) is needed for anything to run.
         let all: Vec<Protection> = Protection::ALL.to_vec();
         let try_with = |me: &Self, prot: &[Protection]| -> bool {
-            let mut cmd = me.command(scratch.path(), uid, prot);
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            let mut cmd = me.command(scratch.path(), uid, prot, None);
+            let stdin = if prot.contains(&Protection::Seccomp) {
+                match me.seccomp.as_ref().map(|f| f.reopen()) {
+                    Some(Ok(f)) => Stdio::from(f),
+                    _ => return false,
+                }
+            } else {
+                Stdio::null()
+            };
+            cmd.stdin(stdin).stdout(Stdio::null()).stderr(Stdio::null());
             let std_cmd = cmd.as_std_mut();
             std_cmd.arg("-c").arg("pass");
             matches!(std_cmd.status(), Ok(s) if s.success())
@@ -147,7 +172,6 @@ impl SubprocessRunner {
         tracing::info!(
             runner = NAME,
             protections = %report.join(" "),
-            seccomp = "not applied",
             landlock = "not applied",
             "subprocess sandbox protections on this host"
         );
@@ -181,9 +205,15 @@ impl SubprocessRunner {
             .collect()
     }
 
-    /// The full sandbox command, reading the program from stdin (`python3 -u -`) unless the
-    /// caller appends other arguments.
-    fn command(&self, scratch: &Path, uid: u32, prot: &[Protection]) -> tokio::process::Command {
+    /// The full sandbox command up to `python3 -u`; the caller appends the program path (or
+    /// `-` to read it from stdin when there is no seccomp filter).
+    fn command(
+        &self,
+        scratch: &Path,
+        uid: u32,
+        prot: &[Protection],
+        program: Option<&Path>,
+    ) -> tokio::process::Command {
         let p = &self.policy;
         let cpu_secs = self.timeout.as_secs() + 1;
         let mut cmd = tokio::process::Command::new("/usr/bin/prlimit");
@@ -215,6 +245,12 @@ impl SubprocessRunner {
         }
         if prot.contains(&Protection::IpcNamespace) {
             cmd.arg("--unshare-ipc");
+        }
+        if prot.contains(&Protection::Seccomp) {
+            cmd.args(["--seccomp", "0"]);
+        }
+        if let Some(p) = program {
+            cmd.arg("--ro-bind").arg(p).arg(PROGRAM);
         }
         cmd.args([
             "--unshare-uts",
@@ -361,6 +397,11 @@ fn classify(exit_code: Option<i32>, signal: Option<i32>, stderr: &[u8]) -> Optio
         Some(LimitHit::Disk)
     } else if last.contains("Too many open files") {
         Some(LimitHit::OpenFiles)
+    } else if tail.contains("Resource temporarily unavailable")
+        || tail.contains("can't start new thread")
+    {
+        // Children of a fork bomb interleave their tracebacks; the limit shows in the tail.
+        Some(LimitHit::Processes)
     } else {
         None
     }
@@ -398,26 +439,60 @@ impl Runner for SubprocessRunner {
             .map_err(|e| start_err(format!("cannot hand the scratch directory over: {e}")))?;
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut cmd = self.command(&scratch, uid, &self.protections());
-        cmd.arg("-")
-            .stdin(Stdio::piped())
+        let prot = self.protections();
+        let use_seccomp = prot.contains(&Protection::Seccomp);
+        // With seccomp, stdin is the filter and the program is a read-only file.
+        let program = match (&self.code_dir, use_seccomp) {
+            (Some(dir), true) => {
+                let mut f = tempfile::Builder::new()
+                    .prefix("prog-")
+                    .suffix(".py")
+                    .tempfile_in(dir.path())
+                    .map_err(|e| start_err(format!("cannot write the program: {e}")))?;
+                use std::io::Write;
+                use std::os::unix::fs::PermissionsExt;
+                f.write_all(code.as_bytes())
+                    .and_then(|()| f.flush())
+                    .and_then(|()| {
+                        std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o644))
+                    })
+                    .map_err(|e| start_err(format!("cannot write the program: {e}")))?;
+                Some(f.into_temp_path())
+            }
+            _ => None,
+        };
+        let mut cmd = self.command(&scratch, uid, &prot, program.as_deref());
+        let stdin = if use_seccomp {
+            let f = self
+                .seccomp
+                .as_ref()
+                .ok_or_else(|| start_err("seccomp filter missing".into()))?
+                .reopen()
+                .map_err(|e| start_err(format!("cannot open the seccomp filter: {e}")))?;
+            cmd.arg(PROGRAM);
+            Stdio::from(f)
+        } else {
+            cmd.arg("-");
+            Stdio::piped()
+        };
+        cmd.stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
             .map_err(|e| start_err(format!("cannot start bubblewrap: {e}")))?;
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             let _ = child.start_kill();
             return Err(start_err("pipes missing".into()));
         };
-        // The program is read whole before it runs; a write that fails means the sandbox
-        // died early, which the exit status reports.
-        let code = code.as_bytes().to_vec();
-        let writer = tokio::spawn(async move {
-            let _ = stdin.write_all(&code).await;
-            drop(stdin);
+        // Without seccomp the program goes through stdin, read whole before it runs; a write
+        // that fails means the sandbox died early, which the exit status reports.
+        let writer = child.stdin.take().map(|mut stdin| {
+            let code = code.as_bytes().to_vec();
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&code).await;
+                drop(stdin);
+            })
         });
         let collected = collect(
             stdout,
@@ -440,7 +515,10 @@ impl Runner for SubprocessRunner {
                 child.wait().await.ok()
             }
         };
-        writer.abort();
+        if let Some(w) = writer {
+            w.abort();
+        }
+        drop(program);
         let duration = started.elapsed();
         use std::os::unix::process::ExitStatusExt;
         let (mut exit_code, mut signal) = match status {
@@ -481,4 +559,97 @@ impl Runner for SubprocessRunner {
             truncated: collected.truncated,
         })
     }
+}
+
+/// The seccomp filter: the listed system calls fail with EPERM, everything else is allowed
+/// (an allow-list would break too much of Python's standard library).
+fn seccomp_program() -> Result<Vec<u8>, String> {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+    let arch = if cfg!(target_arch = "x86_64") {
+        TargetArch::x86_64
+    } else if cfg!(target_arch = "aarch64") {
+        TargetArch::aarch64
+    } else {
+        return Err("no seccomp filter for this architecture".into());
+    };
+    let denied: &[libc::c_long] = &[
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_reboot,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_syslog,
+        libc::SYS_kcmp,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_fanotify_init,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+    ];
+    let rules = denied.iter().map(|n| (*n, vec![])).collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for ins in program {
+        bytes.extend_from_slice(&ins.code.to_ne_bytes());
+        bytes.push(ins.jt);
+        bytes.push(ins.jf);
+        bytes.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
+
+fn seccomp_file() -> Result<tempfile::NamedTempFile, String> {
+    use std::io::Write;
+    let bytes = seccomp_program()?;
+    let mut f = tempfile::Builder::new()
+        .prefix("sibyl-seccomp-")
+        .tempfile()
+        .map_err(|e| e.to_string())?;
+    f.write_all(&bytes).map_err(|e| e.to_string())?;
+    f.flush().map_err(|e| e.to_string())?;
+    Ok(f)
+}
+
+fn code_dir() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::Builder::new()
+        .prefix("sibyl-programs-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| e.to_string())?;
+    Ok(d)
 }

@@ -248,3 +248,19 @@ impl Tool for PythonTool {
         self.runners.run(&ctx, kind, &a.code).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_schema_names_the_runners() {
+        let s = schema_for::<PythonArgs>();
+        assert_eq!(s["required"], serde_json::json!(["code"]));
+        let text = s.to_string();
+        assert!(
+            text.contains("\"wasm\"") && text.contains("\"subprocess\""),
+            "{text}"
+        );
+    }
+}

@@ -668,6 +668,10 @@ impl Runner for WasmRunner {
         }
         if !t.dead && !session.is_ephemeral() {
             ws.interp = Some(interp);
+        } else {
+            // Unmapping a used instance and deleting its /tmp take milliseconds: off the
+            // reply's path.
+            tokio::task::spawn_blocking(move || drop(interp));
         }
         let _ = started;
         Ok(RunOutcome {
