@@ -111,6 +111,39 @@ fn chromium_children() -> Vec<u32> {
     out
 }
 
+/// Proportional set size (KiB) of every Chromium process in this test's process group.
+fn chromium_pss_kib() -> u64 {
+    let field = |stat: &str, n: usize| -> Option<u32> {
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(n)?.parse().ok()
+    };
+    let my_pgid = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| field(&s, 2));
+    let mut total = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+            continue;
+        };
+        if !stat.contains("(chrom") || field(&stat, 2) != my_pgid {
+            continue;
+        }
+        if let Ok(roll) = std::fs::read_to_string(format!("/proc/{name}/smaps_rollup")) {
+            total += roll
+                .lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_renders_script_pages_obeys_ssrf_and_survives_a_crash() {
     let hits = Arc::new(AtomicUsize::new(0));
@@ -213,8 +246,10 @@ async fn chromium_renders_script_pages_obeys_ssrf_and_survives_a_crash() {
     }
     times.sort();
     eprintln!(
-        "chromium render via gRPC: p50 {:?}, max {:?}",
-        times[2], times[4]
+        "chromium render via gRPC: p50 {:?}, max {:?}; Chromium PSS {} KiB",
+        times[2],
+        times[4],
+        chromium_pss_kib()
     );
 
     // Kill the shared browser (the process this test started); the next render relaunches.

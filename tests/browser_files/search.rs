@@ -33,6 +33,9 @@ fn host_of(h: &HeaderMap) -> String {
 
 type Params = Query<std::collections::HashMap<String, String>>;
 
+/// Requests the fake SearXNG has answered (only `searxng_provider_and_navigation` uses it).
+static SEARXNG_HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The key the tests' policies point the providers at: `search.*_key_env =
 /// "CARGO_PKG_NAME"`, which cargo sets when it runs the tests.
 const KEY: &str = env!("CARGO_PKG_NAME");
@@ -56,6 +59,7 @@ pub fn provider_routes(r: axum::Router) -> axum::Router {
     .route(
         "/searxng/search",
         axum::routing::get(|Query(q): Params, h: HeaderMap| async move {
+            SEARXNG_HITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if q.get("format").map(String::as_str) != Some("json") {
                 return (StatusCode::FORBIDDEN, "format not allowed").into_response();
             }
@@ -391,6 +395,15 @@ async fn searxng_provider_and_navigation() {
     assert!(
         text.contains("2. [Second](https://example.org/second)"),
         "{text}"
+    );
+    // The same query again is answered from the cache (search.cache_ttl_secs).
+    let before = SEARXNG_HITS.load(std::sync::atomic::Ordering::SeqCst);
+    let (err, again) = search_text(&mut env, "emscripten wasi").await;
+    assert!(!err, "{again}");
+    assert_eq!(body_of(&again), body_of(&text));
+    assert_eq!(
+        SEARXNG_HITS.load(std::sync::atomic::Ordering::SeqCst),
+        before
     );
     // Navigational search visits the first result (a local page).
     let s = env.session().await;
