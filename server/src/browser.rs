@@ -484,6 +484,8 @@ impl Tool for BrowserTool {
             }
             Action::Find => {
                 let query = find.unwrap_or_default();
+                let compiled = find::compile_query(&query)
+                    .map_err(|e| ToolError::InvalidArguments(format!("search_string: {e}")))?;
                 let Some(page) = &st.page else {
                     return Ok(no_page());
                 };
@@ -496,10 +498,7 @@ impl Tool for BrowserTool {
                     f.current = (f.current + 1) % f.matches.len();
                     return Ok(show_match(st));
                 }
-                let matches = page
-                    .index()
-                    .find_all(&query)
-                    .map_err(|e| ToolError::InvalidArguments(format!("search_string: {e}")))?;
+                let matches = page.index().find_compiled(&compiled);
                 if matches.is_empty() {
                     st.find = None;
                     return Ok(ToolOutput::text(format!(

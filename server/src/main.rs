@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sibyl_server::{Policy, Sibyl};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// sibyl's gRPC tool server: a human-style text browser (and more tools) for LLM agents.
 #[derive(Parser)]
@@ -65,6 +66,16 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(listen: SocketAddr, policy: Policy) -> anyhow::Result<()> {
+    // Install the signal handlers before anyone can learn the address, so a SIGTERM sent
+    // right after start-up is a graceful shutdown, never the default kill.
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    };
     let sibyl = Sibyl::new(policy)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -77,31 +88,7 @@ async fn serve(listen: SocketAddr, policy: Policy) -> anyhow::Result<()> {
     );
     // Scripts and tests read this line to learn the port (useful with --listen 127.0.0.1:0).
     println!("sibyl-server listening on {local}");
-    sibyl.serve(listener, shutdown_signal()).await?;
+    sibyl.serve(listener, shutdown).await?;
     tracing::info!("sibyl-server stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
-    }
 }

@@ -18,25 +18,42 @@ pub struct ToolService {
     sessions: Arc<SessionManager>,
     calls: Arc<Semaphore>,
     max_calls: usize,
+    max_request_bytes: usize,
 }
 
 impl ToolService {
     /// A service over `registry` and `sessions`, running at most `max_concurrent_calls`
-    /// calls at once.
+    /// calls at once and refusing requests over `max_request_bytes` (encoded size).
     pub fn new(
         registry: ToolRegistry,
         sessions: Arc<SessionManager>,
         max_concurrent_calls: usize,
+        max_request_bytes: usize,
     ) -> Self {
         Self {
             registry,
             sessions,
             calls: Arc::new(Semaphore::new(max_concurrent_calls)),
             max_calls: max_concurrent_calls,
+            max_request_bytes,
         }
     }
 
+    /// The transport's own decoding cap: requests between `max_request_bytes` and this get
+    /// a `RESOURCE_EXHAUSTED` from [`ToolService`] naming the policy key; larger ones are
+    /// cut off by tonic before decoding (`OUT_OF_RANGE`).
+    pub fn transport_limit(max_request_bytes: usize) -> usize {
+        max_request_bytes.saturating_mul(4).max(4 << 20)
+    }
+
     async fn call(&self, req: pb::CallToolRequest) -> Result<pb::CallToolResponse, ToolError> {
+        let size = prost::Message::encoded_len(&req);
+        if size > self.max_request_bytes {
+            return Err(ToolError::ResourceExhausted(format!(
+                "request is {size} bytes; server.max_request_bytes = {}",
+                self.max_request_bytes
+            )));
+        }
         let tool = self
             .registry
             .get(&req.tool)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sibyl_proto::v1::tool_service_server::ToolServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::browser::Browser;
 use crate::policy::Policy;
@@ -93,8 +93,10 @@ impl Sibyl {
             self.registry.clone(),
             self.sessions.clone(),
             self.policy.server.max_concurrent_calls,
+            max_request,
         );
-        let tools = ToolServiceServer::new(service).max_decoding_message_size(max_request);
+        let tools = ToolServiceServer::new(service)
+            .max_decoding_message_size(ToolService::transport_limit(max_request));
         let shutdown = async move {
             shutdown.await;
             tracing::info!("shutting down: no new calls, draining in-flight calls");
@@ -107,7 +109,12 @@ impl Sibyl {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(tools)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(
+                // TCP_NODELAY: without it Nagle's algorithm and delayed ACKs add ~40 ms to
+                // every small reply.
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                shutdown,
+            )
             .await;
         reaper.abort();
         if let Some(w) = plugin_watcher {

@@ -6,6 +6,14 @@
 //! resolved against the page address). Scripts, styles and `javascript:` links are dropped.
 //! Lines are right-trimmed and runs of blank lines collapsed, as Sibyl's converters did.
 //!
+//! Tables: html2text lays every table out as a grid, which turns the layout tables of older
+//! sites (LWN, navigation boxes) into hundreds of kilobytes of padding with columns
+//! interleaved line by line. Before rendering, each table is classified as *data* or
+//! *layout* with the heuristic of Mozilla Readability's `_isDataTable` (role, caption/th/
+//! thead, nesting, size); layout tables are unwrapped so each cell becomes a plain block,
+//! and data tables are rendered as grids with their padding squeezed (one row per line,
+//! cells separated by `│`), so a row stays readable and searchable.
+//!
 //! Link and image targets are *hidden from find-in-page*: the renderer wraps them in
 //! private-use sentinels that are removed here and reported as [`Rendered::hidden`] byte
 //! ranges, so a sentence that contains a link is still found by its visible words.
@@ -20,6 +28,12 @@ const HIDE_START: char = '\u{E000}';
 const HIDE_END: char = '\u{E001}';
 /// Render width: wide enough that paragraphs are never wrapped (viewports split text anyway).
 const RENDER_WIDTH: usize = 10_000;
+/// Deepest element nesting rendered as structure; deeper content is flattened (see
+/// [`flatten_deep_nesting`]). Real pages stay far below it.
+const MAX_DEPTH: usize = 256;
+/// Deepest source nesting accepted at all: html5ever's tree builder spends time
+/// quadratic in nesting depth (10,000 nested `div`s: 6 s), so deeper pages are refused.
+const MAX_SOURCE_DEPTH: usize = 3000;
 /// Longest link target shown; longer ones (data: URIs, tracking blobs) are dropped.
 const MAX_SHOWN_URL: usize = 2048;
 
@@ -57,12 +71,22 @@ pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, Con
         base: base.cloned(),
         links: Vec::new(),
     };
-    let raw = html2text::config::with_decorator(decorator)
+    let depth = estimate_depth(&cleaned);
+    if depth > MAX_SOURCE_DEPTH {
+        return Err(ConvertError(format!(
+            "the page nests elements {depth} deep (limit {MAX_SOURCE_DEPTH}); refused as hostile"
+        )));
+    }
+    let config = html2text::config::with_decorator(decorator)
         .link_footnotes(false)
         .no_link_wrapping()
-        .allow_width_overflow()
-        .string_from_read(cleaned.as_bytes(), RENDER_WIDTH)
-        .map_err(|e| ConvertError(e.to_string()))?;
+        .allow_width_overflow();
+    let err = |e: html2text::Error| ConvertError(e.to_string());
+    let dom = config.parse_html(cleaned.as_bytes()).map_err(err)?;
+    flatten_deep_nesting(&dom, MAX_DEPTH);
+    unwrap_layout_tables(&config, &dom).map_err(err)?;
+    let tree = config.dom_to_render_tree(&dom).map_err(err)?;
+    let raw = config.render_to_string(tree, RENDER_WIDTH).map_err(err)?;
     let (text, hidden) = tidy(&raw);
     Ok(Rendered {
         title: extract_title(&cleaned),
@@ -71,12 +95,292 @@ pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, Con
     })
 }
 
+/// Flattens content nested deeper than `limit`: each node at depth `limit` keeps its
+/// descendant leaves (text, images, line breaks) in document order as direct children.
+/// html2text's layout costs grow with the square of nesting depth (20,000 nested `div`s
+/// took 25 s), so a hostile page could otherwise pin a CPU; text is kept, structure lost.
+fn flatten_deep_nesting(dom: &html2text::RcDom, limit: usize) {
+    let mut stack = vec![(dom.document.clone(), 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        // Containers whose renderers keep only certain children (rows, cells, list items)
+        // pass the flattening down one level, so the text lands in a cell or item.
+        let container = matches!(
+            element_name(&node),
+            Some("table" | "tbody" | "thead" | "tfoot" | "tr" | "ul" | "ol" | "dl")
+        );
+        if depth < limit || container {
+            let children = node.children.borrow();
+            stack.extend(children.iter().map(|c| (c.clone(), depth + 1)));
+            continue;
+        }
+        let mut leaves = Vec::new();
+        let mut inner: Vec<_> = node.children.borrow().iter().rev().cloned().collect();
+        while let Some(n) = inner.pop() {
+            let kids = n.children.borrow();
+            if kids.is_empty() {
+                leaves.push(n.clone());
+            } else {
+                inner.extend(kids.iter().rev().cloned());
+            }
+        }
+        for leaf in &leaves {
+            leaf.parent.set(Some(std::rc::Rc::downgrade(&node)));
+        }
+        *node.children.borrow_mut() = leaves;
+    }
+}
+
+/// Upper estimate of the element nesting depth of `html`, in one linear pass: start tags
+/// open a level, end tags close one; void elements, self-closing tags, elements that close
+/// implicitly (`p`, `li`, table cells, …), comments and the text of `script`/`style` do not
+/// count.
+fn estimate_depth(html: &str) -> usize {
+    const NON_NESTING: &[&str] = &[
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+        "source", "track", "wbr", "p", "li", "dt", "dd", "tr", "td", "th", "option", "!doctype",
+    ];
+    let b = html.as_bytes();
+    let (mut i, mut depth, mut max) = (0usize, 0usize, 0usize);
+    while let Some(off) = b[i..].iter().position(|&c| c == b'<') {
+        i += off + 1;
+        if b[i..].starts_with(b"!--") {
+            i = find_from(b, i, b"-->").unwrap_or(b.len());
+            continue;
+        }
+        let closing = b.get(i) == Some(&b'/');
+        let start = if closing { i + 1 } else { i };
+        let end = b[start..]
+            .iter()
+            .position(|c| c.is_ascii_whitespace() || *c == b'>' || *c == b'/')
+            .map_or(b.len(), |e| start + e);
+        let name = String::from_utf8_lossy(&b[start..end]).to_ascii_lowercase();
+        let tag_end = find_from(b, end, b">").unwrap_or(b.len());
+        if name.is_empty() || !name.as_bytes()[0].is_ascii_alphabetic() && !name.starts_with('!') {
+            continue;
+        }
+        if closing {
+            if !NON_NESTING.contains(&name.as_str()) {
+                depth = depth.saturating_sub(1);
+            }
+        } else if !NON_NESTING.contains(&name.as_str()) && !b[..tag_end].ends_with(b"/") {
+            depth += 1;
+            max = max.max(depth);
+            if matches!(name.as_str(), "script" | "style" | "textarea" | "title") {
+                let close = format!("</{name}");
+                let lower_from = tag_end.min(b.len());
+                i = find_ci(b, lower_from, close.as_bytes()).unwrap_or(b.len());
+                continue;
+            }
+        }
+        i = tag_end.min(b.len());
+    }
+    max
+}
+
+fn find_from(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    hay.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| from + p)
+}
+
+fn find_ci(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    hay.get(from..)?
+        .windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
+        .map(|p| from + p)
+}
+
+fn element_name(node: &html2text::Handle) -> Option<&str> {
+    match &node.data {
+        html2text::Element { name, .. } => Some(&*name.local),
+        _ => None,
+    }
+}
+
+fn attr(node: &html2text::Handle, key: &str) -> Option<String> {
+    match &node.data {
+        html2text::Element { attrs, .. } => attrs
+            .borrow()
+            .iter()
+            .find(|a| &*a.name.local == key)
+            .map(|a| a.value.to_string()),
+        _ => None,
+    }
+}
+
+/// Every element named `name` under `root` (document order), without recursion.
+fn find_all(root: &html2text::Handle, name: &str) -> Vec<html2text::Handle> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(n) = stack.pop() {
+        if element_name(&n) == Some(name) {
+            out.push(n.clone());
+        }
+        let children = n.children.borrow();
+        stack.extend(children.iter().rev().cloned());
+    }
+    out
+}
+
+/// The cells of `table` itself (not of nested tables), in document order, plus captions.
+fn own_cells(table: &html2text::Handle) -> (Vec<Vec<html2text::Handle>>, Vec<html2text::Handle>) {
+    let mut rows = Vec::new();
+    let mut captions = Vec::new();
+    let mut groups = vec![table.clone()];
+    for child in table.children.borrow().iter() {
+        match element_name(child) {
+            Some("thead" | "tbody" | "tfoot") => groups.push(child.clone()),
+            Some("caption") => captions.push(child.clone()),
+            _ => {}
+        }
+    }
+    for g in &groups {
+        for tr in g.children.borrow().iter() {
+            if element_name(tr) == Some("tr") {
+                let cells = tr
+                    .children
+                    .borrow()
+                    .iter()
+                    .filter(|c| matches!(element_name(c), Some("td" | "th")))
+                    .cloned()
+                    .collect();
+                rows.push(cells);
+            }
+        }
+    }
+    (rows, captions)
+}
+
+/// Mozilla Readability's `_isDataTable`, simplified: true for a table of data, false for
+/// a table used for page layout.
+fn is_data_table(table: &html2text::Handle) -> bool {
+    if matches!(
+        attr(table, "role").as_deref(),
+        Some("presentation" | "none")
+    ) {
+        return false;
+    }
+    if attr(table, "datatable").as_deref() == Some("0") {
+        return false;
+    }
+    let nested = find_all(table, "table").len() > 1;
+    if nested {
+        return false;
+    }
+    if attr(table, "summary").is_some_and(|s| !s.trim().is_empty()) {
+        return true;
+    }
+    let (rows, captions) = own_cells(table);
+    if !captions.is_empty() {
+        return true;
+    }
+    let has_header = table.children.borrow().iter().any(|c| {
+        matches!(
+            element_name(c),
+            Some("thead" | "tfoot" | "colgroup" | "col")
+        )
+    }) || rows.iter().flatten().any(|c| element_name(c) == Some("th"));
+    if has_header {
+        return true;
+    }
+    let n_rows = rows.len();
+    let n_cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    if n_rows <= 1 || n_cols <= 1 {
+        return false;
+    }
+    n_rows >= 10 || n_cols > 4 || n_rows * n_cols > 10
+}
+
+/// Replaces every layout table by a sequence of `div` blocks, one per cell (and caption),
+/// holding that cell's children. Data tables are left alone.
+fn unwrap_layout_tables<D: TextDecorator>(
+    config: &html2text::config::Config<D>,
+    dom: &html2text::RcDom,
+) -> Result<(), html2text::Error> {
+    let layout: Vec<_> = find_all(&dom.document, "table")
+        .into_iter()
+        .filter(|t| !is_data_table(t))
+        .collect();
+    if layout.is_empty() {
+        return Ok(());
+    }
+    let blocks: usize = layout
+        .iter()
+        .map(|t| {
+            let (rows, captions) = own_cells(t);
+            rows.iter().map(Vec::len).sum::<usize>() + captions.len()
+        })
+        .sum();
+    // html2text does not export its node constructor; fresh `div` nodes come from parsing
+    // a template document of empty divs.
+    let template = config.parse_html("<div></div>".repeat(blocks).as_bytes())?;
+    let fresh = find_all(&template.document, "div");
+    // Detach them: dropping the template document would otherwise empty them (rcdom's
+    // iterative Drop takes the children of every node still listed under the document).
+    for div in &fresh {
+        if let Some(body) = div.parent.take().and_then(|w| w.upgrade()) {
+            body.children.borrow_mut().clear();
+        }
+    }
+    let mut divs = fresh.into_iter();
+    for table in layout {
+        let Some(parent) = table.parent.take().and_then(|w| w.upgrade()) else {
+            continue;
+        };
+        let (rows, captions) = own_cells(&table);
+        let mut replacement = Vec::new();
+        for cell in captions.into_iter().chain(rows.into_iter().flatten()) {
+            let Some(div) = divs.next() else { break };
+            let moved: Vec<_> = cell.children.borrow_mut().drain(..).collect();
+            for child in &moved {
+                child.parent.set(Some(std::rc::Rc::downgrade(&div)));
+            }
+            *div.children.borrow_mut() = moved;
+            div.parent.set(Some(std::rc::Rc::downgrade(&parent)));
+            replacement.push(div);
+        }
+        let mut siblings = parent.children.borrow_mut();
+        if let Some(pos) = siblings.iter().position(|c| std::rc::Rc::ptr_eq(c, &table)) {
+            siblings.splice(pos..=pos, replacement);
+        }
+    }
+    Ok(())
+}
+
+/// Squeezes a rendered table line: padding around `│` goes, and border lines of box
+/// characters shrink to a short rule. Other lines are returned unchanged.
+fn squeeze_table_line(line: &str) -> std::borrow::Cow<'_, str> {
+    const BOX: &[char] = &[
+        '─', '│', '┼', '┬', '┴', '├', '┤', '┌', '┐', '└', '┘', '═', '╪',
+    ];
+    if !line.contains(BOX) {
+        return line.into();
+    }
+    if line.chars().all(|c| BOX.contains(&c) || c == ' ') {
+        return if line.contains('─') {
+            "───".into()
+        } else {
+            "".into()
+        };
+    }
+    let mut out = String::with_capacity(line.len());
+    for (i, cell) in line.split('│').enumerate() {
+        if i > 0 {
+            out.push_str(" │ ");
+        }
+        out.push_str(cell.trim());
+    }
+    out.trim().to_string().into()
+}
+
 /// Right-trims lines, collapses 3+ newlines to 2, trims the ends, then removes the
 /// sentinels and returns the hidden byte ranges in the final text.
 fn tidy(raw: &str) -> (String, Vec<Range<usize>>) {
     let mut joined = String::with_capacity(raw.len());
     let mut blank_run = 0usize;
     for line in raw.lines() {
+        let line = squeeze_table_line(line.trim_end());
         let line = line.trim_end();
         if line.is_empty() {
             blank_run += 1;
@@ -310,6 +614,80 @@ mod tests {
         );
         let ada = r.text.lines().find(|l| l.contains("Ada")).expect("row");
         assert!(ada.contains("36"), "a row stays on one line: {}", r.text);
+    }
+
+    #[test]
+    fn layout_tables_become_blocks() {
+        let r = render(
+            "<table><tr><td><p>Menu one</p><p>Menu two</p></td><td><p>Article text here.</p>\
+             <table><tr><th>K</th><th>V</th></tr><tr><td>a</td><td>1</td></tr></table></td></tr></table>",
+        );
+        assert!(r.text.contains("Menu one\n\nMenu two"), "{}", r.text);
+        assert!(
+            r.text.lines().any(|l| l == "Article text here."),
+            "layout cells are not padded into columns: {}",
+            r.text
+        );
+        assert!(
+            r.text.lines().any(|l| l == "a │ 1"),
+            "data table kept: {}",
+            r.text
+        );
+        assert!(r.text.len() < 200, "no padding: {:?}", r.text);
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_quickly() {
+        let html = format!("{}x", "<div>".repeat(50_000));
+        let started = std::time::Instant::now();
+        let e = html_to_text(&html, None).expect_err("refused");
+        assert!(e.to_string().contains("nests elements"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        // Unclosed paragraphs and list items, void elements and script text do not count.
+        let soup =
+            "<p>a<li>b<br><img src=x><script>if (a<b) { '<div><div>' }</script>".repeat(5000);
+        assert!(estimate_depth(&soup) < 5, "{}", estimate_depth(&soup));
+        assert_eq!(estimate_depth("<div><span>x</span></div><div/>"), 2);
+    }
+
+    #[test]
+    fn deeply_nested_pages_render_on_a_2_mib_stack() {
+        // tokio's blocking threads have 2 MiB stacks; conversion must fit in one whatever
+        // the nesting (2,900 levels, just under the refusal limit, flattened at 256).
+        let depth = 2_900;
+        for (open, close) in [
+            ("<div>", "</div>"),
+            ("<ul><li>", "</li></ul>"),
+            ("<table><tr><td>", "</td></tr></table>"),
+            ("<blockquote>", "</blockquote>"),
+            ("<b><i>", "</i></b>"),
+            ("<ol><li><table><tr><th>", "</th></tr></table></li></ol>"),
+        ] {
+            let html = format!(
+                "{}deep <b>bold</b> text{}",
+                open.repeat(depth / 2),
+                close.repeat(depth / 2)
+            );
+            let r = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || html_to_text(&html, None))
+                .expect("thread")
+                .join()
+                .expect("no panic");
+            let text = r.expect("render").text;
+            assert!(
+                collapse(&text).contains("deep bold text"),
+                "{open}: {}",
+                &text[..text.len().min(200)]
+            );
+        }
+    }
+
+    fn collapse(s: &str) -> String {
+        s.replace(['*', '│', '>', '#'], " ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! AutoGen's `find_on_page_ctrl_f` lower-cases the query and the page, splits both on `\W+`
 //! and joins the words with single spaces (so case, punctuation and markup do not matter),
-//! matches whole words, and lets `*` stand for any run of text. It searched viewport by
+//! and lets `*` stand for any run of text. Like a browser's Ctrl+F, the query's first word
+//! may match the end of a word and its last word the start of one (`zeal` finds
+//! `Zealand`, `hat means` finds `that means`); words inside the query match whole words. It searched viewport by
 //! viewport, which missed every match that straddles two viewports; here the search runs
 //! once over the whole page's words and each match is mapped back to the viewport holding
 //! its start. Link targets (the hidden ranges of [`Rendered`](super::convert::Rendered)) are
@@ -84,7 +86,11 @@ impl WordIndex {
     /// # Errors
     /// [`QueryError`] for an empty, over-long or too complex query.
     pub fn find_all(&self, query: &str) -> Result<Vec<Range<usize>>, QueryError> {
-        let re = compile_query(query)?;
+        Ok(self.find_compiled(&compile_query(query)?))
+    }
+
+    /// Every non-overlapping match of a query compiled with [`compile_query`].
+    pub fn find_compiled(&self, re: &Regex) -> Vec<Range<usize>> {
         let mut out = Vec::new();
         for m in re.find_iter(&self.norm) {
             let (Some(first), Some(last)) = (self.word_at(m.start()), self.word_at(m.end() - 1))
@@ -93,7 +99,7 @@ impl WordIndex {
             };
             out.push(self.spans[first].start..self.spans[last].end);
         }
-        Ok(out)
+        out
     }
 
     /// Index of the word whose normalized text contains `norm_offset` (or the word before a
@@ -110,8 +116,8 @@ impl WordIndex {
 }
 
 /// Compiles a query by AutoGen's rules: words split on `\W+`, lower-cased, separated by one
-/// space, matched as whole words; `*` matches any run of text (at the very start or end of
-/// the query, the rest of a word). Internal `*` is lazy, so matches are as short as possible
+/// space; `*` matches any run of text (at the very start or end of the query, the rest of a
+/// word). The first and last words may be parts of words, as in a browser's Ctrl+F. Internal `*` is lazy, so matches are as short as possible
 /// and can be counted.
 ///
 /// # Errors
@@ -148,7 +154,7 @@ pub fn compile_query(query: &str) -> Result<Regex, QueryError> {
         return Err(QueryError::Empty);
     }
     let n = pieces.len();
-    let mut pat = String::from(r"\b");
+    let mut pat = String::new();
     for (i, p) in pieces.iter().enumerate() {
         match p {
             Piece::Star if i == 0 || i == n - 1 => pat.push_str(r"\w*"),
@@ -162,7 +168,6 @@ pub fn compile_query(query: &str) -> Result<Regex, QueryError> {
             }
         }
     }
-    pat.push_str(r"\b");
     regex::RegexBuilder::new(&pat)
         .size_limit(1 << 20)
         .build()
@@ -194,10 +199,16 @@ mod tests {
     }
 
     #[test]
-    fn whole_words_only() {
-        assert!(find("New Zealand", "zeal").is_empty());
+    fn edges_match_parts_of_words_inside_whole_words() {
+        assert_eq!(find("New Zealand", "zeal"), vec!["Zealand"]);
         assert_eq!(find("New Zealand", "zeal*"), vec!["Zealand"]);
         assert_eq!(find("New Zealand", "*land"), vec!["Zealand"]);
+        assert_eq!(find("so that means", "hat means"), vec!["that means"]);
+        assert!(find("New Zealand", "ew zeal").len() == 1);
+        assert!(
+            find("New Zealand bird", "new zeal bird").is_empty(),
+            "inner words are whole"
+        );
     }
 
     #[test]

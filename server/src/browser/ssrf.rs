@@ -32,7 +32,10 @@ pub enum Refusal {
     #[error("host `{0}` is blocked by policy (browser.block_hosts)")]
     Blocked(String),
     /// The address is in a non-public range not allowed by `browser.allow_hosts`.
-    #[error("{host} resolves to {ip}, a {kind} address; refused (allow it in browser.allow_hosts)")]
+    #[error(
+        "{}, which the policy does not allow (browser.allow_hosts)",
+        describe(host, ip, kind)
+    )]
     Private {
         /// Host as written in the URL.
         host: String,
@@ -41,6 +44,15 @@ pub enum Refusal {
         /// Which range, e.g. `loopback`.
         kind: &'static str,
     },
+}
+
+fn describe(host: &str, ip: &IpAddr, kind: &str) -> String {
+    let literal = host.trim_start_matches('[').trim_end_matches(']');
+    if literal.parse::<IpAddr>().is_ok() {
+        format!("{host} is a {kind} address")
+    } else {
+        format!("{host} resolves to {ip}, a {kind} address")
+    }
 }
 
 /// Classifies an address: `None` for a globally routable one, else the name of its range.

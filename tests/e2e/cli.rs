@@ -1,0 +1,131 @@
+//! The command-line contracts scripts rely on: `sibyl-agent tools|session open|call` and
+//! `sibyl-server` refusing an invalid policy.
+
+use sibyl_tests::{PageServer, Server, agent, bin, test_policy};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sibyl_agent_scripting_forms() {
+    let pages = PageServer::start().await;
+    let server = Server::start(&test_policy(""));
+    let url = server.url();
+
+    let (code, out, err) = agent(&["tools", "--server", &url]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<_> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    for line in &lines {
+        let fields: Vec<_> = line.split('\t').collect();
+        assert_eq!(fields.len(), 3, "NAME, ORIGIN, DESCRIPTION: {line}");
+        assert_eq!(fields[1], "builtin");
+        assert!(!fields[2].is_empty());
+    }
+    assert!(lines.iter().any(|l| l.starts_with("visit_page\tbuiltin\t")));
+
+    let (code, out, err) = agent(&["session", "open", "--server", &url]);
+    assert_eq!(code, 0, "{err}");
+    let session = out.lines().last().expect("last line").to_string();
+    assert_eq!(session.len(), 32);
+    assert!(session.chars().all(|c| c.is_ascii_hexdigit()));
+
+    let args = format!("{{\"url\": \"{}\"}}", pages.url("/other"));
+    let (code, out, err) = agent(&[
+        "call",
+        "visit_page",
+        &args,
+        "--session",
+        &session,
+        "--server",
+        &url,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!(
+            "Address: {}\nTitle: Other page\n",
+            pages.url("/other")
+        )),
+        "{out}"
+    );
+    let (code, out, _) = agent(&[
+        "call",
+        "find_on_page_ctrl_f",
+        "{\"search_string\": \"another page\"}",
+        "--session",
+        &session,
+        "--server",
+        &url,
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Search: showing match 1 of 1"), "{out}");
+
+    // is_error result: exit 1, message on stderr, nothing on stdout.
+    let (code, out, err) = agent(&["call", "find_next", "{}", "--server", &url]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(err.contains("No page is open"), "{err}");
+    // gRPC errors: exit 1 with the status on stderr.
+    let (code, _, err) = agent(&["call", "nope", "{}", "--server", &url]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown tool"), "{err}");
+    let (code, _, err) = agent(&["call", "visit_page", "{}", "--server", &url]);
+    assert_eq!(code, 1);
+    assert!(err.contains("`url`"), "{err}");
+    // Closing the session ends it.
+    let (code, _, err) = agent(&["session", "close", &session, "--server", &url]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = agent(&[
+        "call",
+        "page_down",
+        "{}",
+        "--session",
+        &session,
+        "--server",
+        &url,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("session"), "{err}");
+    // No server: a clear connection error.
+    let (code, _, err) = agent(&["tools", "--server", "http://127.0.0.1:1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot connect"), "{err}");
+}
+
+#[test]
+fn sibyl_server_refuses_an_invalid_policy_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (toml, key) in [
+        ("[browser]\nviewport_sise = 100\n", "viewport_sise"),
+        ("[browser]\nviewport_size = 1\n", "browser.viewport_size"),
+        ("[sessions]\nidle_ttl_secs = \"long\"\n", "idle_ttl_secs"),
+        (
+            "[browser]\nallow_hosts = [\"bad host\"]\n",
+            "browser.allow_hosts[0]",
+        ),
+    ] {
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, toml).expect("write");
+        let out = std::process::Command::new(bin("sibyl-server"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&path)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{toml} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "message must name `{key}`: {err}");
+    }
+    // The shipped policies are valid.
+    for p in ["default.toml", "dev.toml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sandbox-policies")
+            .join(p);
+        let out = std::process::Command::new(bin("sibyl-server"))
+            .arg("check-policy")
+            .arg(&path)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
