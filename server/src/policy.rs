@@ -436,6 +436,12 @@ mod tests {
         );
         let dev = Policy::from_toml(include_str!("../../sandbox-policies/dev.toml"), "dev.toml")
             .expect("dev.toml");
+        let pd = Policy::from_toml(
+            include_str!("../../sandbox-policies/plugins-dev.toml"),
+            "plugins-dev.toml",
+        )
+        .expect("plugins-dev.toml");
+        assert!(pd.plugins.dir.is_some() && d.plugins.dir.is_none());
         assert!(
             dev.browser
                 .allow

@@ -22,6 +22,9 @@ use crate::registry::{
 /// Largest plugin file accepted, in bytes.
 pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 
+/// Largest result (text plus structured JSON) a plugin call may return, in bytes.
+pub const MAX_OUTPUT_BYTES: usize = 4 << 20;
+
 /// A plugin file's path, length and modification time: what the watcher compares.
 type FileStamp = (PathBuf, u64, Option<SystemTime>);
 
@@ -92,6 +95,12 @@ impl Tool for PluginTool {
         .await
         {
             Ok(Ok(r)) => {
+                let size = r.text.len() + r.structured_json.as_ref().map_or(0, String::len);
+                if size > MAX_OUTPUT_BYTES {
+                    return Ok(ToolOutput::error(format!(
+                        "plugin `{name}` returned {size} bytes; the limit is {MAX_OUTPUT_BYTES}"
+                    )));
+                }
                 let mut out = ToolOutput::text(r.text);
                 if let Some(s) = r.structured_json {
                     match serde_json::from_str(&s) {
@@ -109,6 +118,13 @@ impl Tool for PluginTool {
             Ok(Err(WitToolError::Denied(m))) => Ok(ToolOutput::error(format!("denied: {m}"))),
             Ok(Err(WitToolError::Failed(m))) => Ok(ToolOutput::error(m)),
             Ok(Err(WitToolError::Timeout(m))) => Ok(ToolOutput::error(format!("timed out: {m}"))),
+            // A trap is the tool failing (a panic, a stack overflow): the agent sees why.
+            Err(RunError::Trap(m)) => {
+                tracing::warn!(plugin = %name, tool, error = %m, "plugin trapped");
+                Ok(ToolOutput::error(format!(
+                    "plugin `{name}` tool `{tool}` crashed: {m}"
+                )))
+            }
             Err(e) => Err(run_error(name, tool, e)),
         }
     }
@@ -127,10 +143,8 @@ fn run_error(name: &str, tool: &str, e: RunError) -> ToolError {
             "plugin `{name}` tool `{tool}` was stopped: it needed more than its memory limit of {} MiB (plugins.grants.{name}.memory_mib)",
             b >> 20
         ),
-        RunError::Trap(m) => {
-            tracing::warn!(plugin = name, tool, error = %m, "plugin trapped");
-            return ToolError::Internal(format!("plugin `{name}` tool `{tool}` crashed: {m}"));
-        }
+        // Handled by the caller as a failed run; kept total rather than panicking.
+        RunError::Trap(m) => return ToolError::Internal(format!("plugin `{name}` crashed: {m}")),
         RunError::Setup(m) => return ToolError::Internal(format!("plugin `{name}`: {m}")),
     };
     tracing::warn!(plugin = name, tool, "{msg}");
