@@ -842,9 +842,8 @@ async fn replay_of_a_file_that_is_not_a_trace_is_a_clear_error() {
     assert!(err.contains("/nonexistent/trace.jsonl"), "{err}");
 }
 
-/// computer_terminal belongs to another branch (issue 3); enable once the server lists it.
+/// A computation through the server's real `computer_terminal` (issue 3's Python runners).
 #[tokio::test]
-#[ignore = "needs computer_terminal (issue 3)"]
 async fn answers_a_computation_with_computer_terminal() {
     let sibyl = start_sibyl().await;
     let mut client = sibyl_agent::client::SibylClient::connect(&sibyl.url())

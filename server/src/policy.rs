@@ -8,8 +8,10 @@
 //! The format is documented in `sandbox-policies/README.md`; `default.toml` (embedded in the
 //! binary as [`DEFAULT_POLICY_TOML`]) is safe for production and `dev.toml` allows loopback.
 //!
-//! Later sections (runners, plugins, tenants) are added as new tables; a policy that names a
-//! table this build does not know is refused.
+//! Tables: `[server]`, `[sessions]`, `[browser]` (with `[browser.extract]`,
+//! `[browser.render]`), `[search]`, `[runner]` and `[plugins]`; each area checks its own table
+//! in its own module. Tenants will add per-tenant tables; a policy that names a table this
+//! build does not know is refused.
 
 use std::net::IpAddr;
 use std::path::Path;

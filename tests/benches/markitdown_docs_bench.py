@@ -1,6 +1,6 @@
 """markitdown on the same fixture files as server/examples/browser_bench.rs.
 
-python bench/markitdown_bench.py [DOCS_DIR] [ITERATIONS]  (markitdown in a venv:
+python tests/benches/markitdown_docs_bench.py [DOCS_DIR] [ITERATIONS]  (markitdown in a venv:
 pip install 'markitdown[pdf,docx,pptx,xlsx]'). Prints mean ms per conversion per file.
 """
 import os, sys, time
