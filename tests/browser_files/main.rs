@@ -528,3 +528,52 @@ async fn audio_is_not_transcribed_and_says_so() {
     let path = rest.split(". The current page").next().expect("path");
     assert!(Path::new(path).exists(), "{path}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_in_the_same_session_reads_the_downloaded_file() {
+    let (mut env, _) = start(POLICY).await;
+    let s = env.session().await;
+    let (r, _) = env
+        .download_all(&s, &format!("{}/docs/test_mskanji.csv", env.files))
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    let name = saved_path(&r.text)
+        .file_name()
+        .expect("file name")
+        .to_string_lossy()
+        .into_owned();
+    // Both runners see the session's scratch directory as their working directory.
+    let code = format!(
+        "import csv\nrows = list(csv.reader(open({name:?}, encoding='cp932')))\n\
+         print(len(rows), rows[1][0], rows[1][2])"
+    );
+    for runner in ["subprocess", "wasm"] {
+        let out = env
+            .call(
+                &s,
+                "python",
+                serde_json::json!({ "code": code, "runner": runner }),
+            )
+            .await;
+        assert!(!out.is_error, "{runner}: {}", out.text);
+        assert!(
+            out.text.contains("4 佐藤太郎 東京"),
+            "{runner}: {}",
+            out.text
+        );
+    }
+    // Another session does not see it.
+    let other = env.session().await;
+    let out = env
+        .call(
+            &other,
+            "python",
+            serde_json::json!({ "code": format!("open({name:?})"), "runner": "subprocess" }),
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("FileNotFoundError"),
+        "{}",
+        out.text
+    );
+}
