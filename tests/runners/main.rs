@@ -897,3 +897,42 @@ async fn wasm_crashers_and_missing_os_features() {
     k.assert_untouched("wasm crashers", &refs);
     alive(&mut c, runner).await;
 }
+
+/// Fuel: a policy with `[runner.wasm] fuel` stops a busy loop with limit `fuel` well before
+/// the wall-clock deadline, while ordinary code (and the next call: fuel is per call) runs.
+/// The fuel engine has its own compiled artifact (a different engine configuration is a
+/// different cache entry), compiled once per cache and loaded once per process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_fuel_limit_stops_busy_loops() {
+    // ~1.4e10 units per CPU-second: 2e9 is a fraction of a second, far below the 3 s deadline.
+    let policy = format!("{POLICY}[runner.wasm]\nfuel = 2000000000\n");
+    let srv = start(&policy).await;
+    let mut c = srv.client.clone();
+    warm(&mut c, "wasm").await;
+    let r = py(&mut c, "", "wasm", "print(sum(range(1000)))").await;
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.stdout(), "499500\n", "{}", r.text);
+
+    let started = Instant::now();
+    let r = py(&mut c, "", "wasm", "while True: pass").await;
+    assert!(r.is_error, "not an error: {}", r.text);
+    assert_eq!(r.limit(), Some("fuel"), "{}", r.text);
+    assert!(
+        started.elapsed() < Duration::from_millis(2900),
+        "stopped by fuel, not by the 3 s deadline: {:?}",
+        started.elapsed()
+    );
+
+    // Fuel is refilled for every call, also within a session.
+    let s = open(&mut c).await;
+    for _ in 0..3 {
+        let r = py(&mut c, &s, "wasm", "x = sum(range(10**5))\nprint(x)").await;
+        assert!(!r.is_error, "{}", r.text);
+        assert_eq!(r.stdout(), "4999950000\n", "{}", r.text);
+    }
+    let r = py(&mut c, &s, "wasm", "while True: pass").await;
+    assert_eq!(r.limit(), Some("fuel"), "{}", r.text);
+    let r = py(&mut c, &s, "wasm", "print('after')").await;
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.stdout(), "after\n", "{}", r.text);
+}
