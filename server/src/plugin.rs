@@ -11,7 +11,8 @@
 //!   are logged and reported in ListTools' diagnostics, never fatal.
 //!
 //! Every call runs in a fresh instance (no state shared between agents or calls; a session's
-//! files persist in its `/scratch` when granted). Why this shape: Wassette maps components to
+//! files persist in its `/scratch` when granted), unless the plugin's grant says
+//! `stateful = true`: then one instance is kept per session, never shared between sessions. Why this shape: Wassette maps components to
 //! tools with a deny-by-default policy, Extism pins content hashes in a manifest; we do both,
 //! with typed errors (`invalid-arguments`, `denied`, `failed`, `timeout`) kept apart from traps.
 

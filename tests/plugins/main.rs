@@ -907,3 +907,83 @@ async fn bench_plugin_call_overhead() {
         }
     }
 }
+
+async fn count(c: &mut ToolServiceClient<Channel>, session: &str) -> String {
+    call_in(c, session, "testkit_count", serde_json::json!({}))
+        .await
+        .expect("count")
+        .text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateful_plugins_keep_one_instance_per_session() {
+    let s = start(
+        "require_pinned = false\n[plugins.grants.testkit]\nstateful = true\ntimeout_ms = 300\nmemory_mib = 32\n",
+        |d| install_into(d, "sibyl_plugin_testkit", "testkit"),
+    )
+    .await;
+    let mut c = s.client().await;
+    wait_list(&mut c, "testkit_count", |l| {
+        l.tools.iter().any(|t| t.name == "testkit_count")
+    })
+    .await;
+    let a = open_session(&mut c).await;
+    let b = open_session(&mut c).await;
+    assert_eq!(count(&mut c, &a).await, "1");
+    assert_eq!(count(&mut c, &a).await, "2");
+    // The time limit is per call: a kept instance idle past it still runs.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(count(&mut c, &a).await, "3");
+    assert_eq!(count(&mut c, &b).await, "1");
+    assert_eq!(count(&mut c, &a).await, "4");
+    // Without a session every call is its own (ephemeral) session.
+    assert_eq!(count(&mut c, "").await, "1");
+    assert_eq!(count(&mut c, "").await, "1");
+
+    // A trap discards the session's instance: the next call starts from scratch.
+    let r = call_in(&mut c, &a, "testkit_trap", serde_json::json!({}))
+        .await
+        .expect("trap is a failed result");
+    assert!(r.is_error, "{r:?}");
+    assert_eq!(count(&mut c, &a).await, "1");
+    // So does hitting a limit, which still applies per call on a kept instance.
+    assert_eq!(count(&mut c, &b).await, "2");
+    let e = call_in(&mut c, &b, "testkit_spin", serde_json::json!({}))
+        .await
+        .expect_err("spin must be stopped");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("time limit of 300 ms"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(count(&mut c, &b).await, "1");
+    assert_eq!(count(&mut c, &a).await, "2");
+
+    // Closing a session drops its instance; a new session starts at 1.
+    c.close_session(pb::CloseSessionRequest {
+        session_id: a.clone(),
+    })
+    .await
+    .expect("close");
+    let a2 = open_session(&mut c).await;
+    assert_eq!(count(&mut c, &a2).await, "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_plugins_never_keep_state() {
+    let s = start(
+        "require_pinned = false\n[plugins.grants.testkit]\ntimeout_ms = 2000\n",
+        |d| install_into(d, "sibyl_plugin_testkit", "testkit"),
+    )
+    .await;
+    let mut c = s.client().await;
+    wait_list(&mut c, "testkit_count", |l| {
+        l.tools.iter().any(|t| t.name == "testkit_count")
+    })
+    .await;
+    let a = open_session(&mut c).await;
+    for _ in 0..3 {
+        assert_eq!(count(&mut c, &a).await, "1");
+    }
+}

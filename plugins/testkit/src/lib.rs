@@ -1,5 +1,5 @@
 //! A test plugin: a trivial `echo` (for benchmarks and reload tests) and tools that misbehave
-//! on purpose, so the host's limits and denials can be tested on a real component.
+//! on purpose, and a counter that shows whether an instance is kept, so the host's limits and denials can be tested on a real component.
 
 use sibyl_plugin_sdk::{Tool, ToolError, ToolResult, schemars, serde};
 
@@ -122,4 +122,20 @@ impl Tool for Fetch {
     }
 }
 
-sibyl_plugin_sdk::plugin!(Echo, Spin, Hog, Trap, ReadFile, WriteFile, Fetch);
+/// Calls of `testkit_count` this instance has seen.
+static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts its calls in instance memory.
+pub struct Count;
+impl Tool for Count {
+    type Args = NoArgs;
+    const NAME: &'static str = "testkit_count";
+    const DESCRIPTION: &'static str =
+        "Returns how many times it was called in this instance (tests per-session state).";
+    fn call(_: NoArgs) -> Result<ToolResult, ToolError> {
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(ToolResult::text(n.to_string()))
+    }
+}
+
+sibyl_plugin_sdk::plugin!(Echo, Spin, Hog, Trap, ReadFile, WriteFile, Fetch, Count);

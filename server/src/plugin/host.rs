@@ -368,6 +368,36 @@ pub async fn describe(
     }
 }
 
+/// A store and, once the first call has instantiated it, the plugin's instance: a fresh one
+/// per call for stateless plugins, or one kept for a whole session for stateful ones.
+pub struct Instance {
+    store: Store<HostState>,
+    plugin: Option<Plugin>,
+}
+
+impl Instance {
+    /// A new, not yet instantiated, store for calls of the plugin with `caps`, with the
+    /// session's scratch directory mounted at `/scratch` when given and granted.
+    ///
+    /// # Errors
+    /// [`RunError::Setup`] when a granted directory cannot be opened.
+    pub fn new(
+        engine: &Engine,
+        caps: &Arc<Capabilities>,
+        scratch: Option<&std::path::Path>,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
+            store: store(engine, caps, scratch, false)?,
+            plugin: None,
+        })
+    }
+
+    /// True when this instance belongs to the plugin load `caps` (a reload makes new ones).
+    pub fn is_for(&self, caps: &Arc<Capabilities>) -> bool {
+        Arc::ptr_eq(&self.store.data().caps, caps)
+    }
+}
+
 /// Calls `tool` with `args_json` in a fresh instance. The wall-clock limit is enforced by
 /// epoch interruption and, for time spent in host calls, by a timer.
 ///
@@ -382,15 +412,44 @@ pub async fn call(
     tool: &str,
     args_json: &str,
 ) -> Result<Result<ToolResult, WitToolError>, RunError> {
-    let mut store = store(engine, caps, scratch, false)?;
-    let timeout = caps.grant.limits.timeout;
+    let mut inst = Instance::new(engine, caps, scratch)?;
+    call_on(&mut inst, pre, caps, tool, args_json).await
+}
+
+/// Calls `tool` with `args_json` on `inst`, instantiating it first if needed. The call's
+/// limits (time, fuel, the memory-limit flag, log lines) are reset before it runs, so they
+/// apply per call on a kept instance too. After an `Err` the instance must be discarded.
+///
+/// # Errors
+/// As [`call`].
+pub async fn call_on(
+    inst: &mut Instance,
+    pre: &PluginPre<HostState>,
+    caps: &Arc<Capabilities>,
+    tool: &str,
+    args_json: &str,
+) -> Result<Result<ToolResult, WitToolError>, RunError> {
+    let limits = &caps.grant.limits;
+    let store = &mut inst.store;
+    store
+        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1);
+    store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+    store.data_mut().limiter.hit = false;
+    store.data_mut().log_lines = 0;
+    let timeout = limits.timeout;
+    let plugin = &mut inst.plugin;
     let fut = async {
-        let inst = pre.instantiate_async(&mut store).await?;
-        inst.call_call(&mut store, tool, args_json).await
+        let p = match plugin {
+            Some(p) => p,
+            None => plugin.insert(pre.instantiate_async(&mut *store).await?),
+        };
+        p.call_call(&mut *store, tool, args_json).await
     };
     match tokio::time::timeout(timeout + TICK * 5, fut).await {
         Err(_) => Err(RunError::Timeout(timeout)),
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(classify(&store, caps, e)),
+        Ok(Err(e)) => Err(classify(&inst.store, caps, e)),
     }
 }

@@ -47,6 +47,13 @@ pub struct PluginHost {
     signature: Mutex<Option<Vec<FileStamp>>>,
 }
 
+/// The kept instances of a session's stateful plugins, by plugin name (a session state;
+/// dropped with the session).
+#[derive(Default)]
+struct SessionInstances {
+    by_plugin: HashMap<String, host::Instance>,
+}
+
 /// A tool offered by a plugin.
 struct PluginTool {
     descriptor: ToolDescriptor,
@@ -84,16 +91,30 @@ impl Tool for PluginTool {
         };
         let args = args.to_string();
         let tool = self.descriptor.name.as_str();
-        match host::call(
-            &self.engine,
-            &self.compiled.pre,
-            &self.caps,
-            scratch,
-            tool,
-            &args,
-        )
-        .await
-        {
+        let pre = &self.compiled.pre;
+        let result = if self.caps.grant.stateful {
+            // One instance per session and plugin, kept in the session's state. It is taken
+            // out for the call and put back only after a normal return, so an instance that
+            // trapped, hit a limit or was cancelled is discarded.
+            let mut state = ctx.session.state.lock().await;
+            let kept = state.get_or_default::<SessionInstances>();
+            let mut inst = match kept.by_plugin.remove(name) {
+                Some(i) if i.is_for(&self.caps) => i,
+                _ => host::Instance::new(&self.engine, &self.caps, scratch)
+                    .map_err(|e| run_error(name, tool, e))?,
+            };
+            let r = host::call_on(&mut inst, pre, &self.caps, tool, &args).await;
+            if r.is_ok() {
+                state
+                    .get_or_default::<SessionInstances>()
+                    .by_plugin
+                    .insert(name.clone(), inst);
+            }
+            r
+        } else {
+            host::call(&self.engine, pre, &self.caps, scratch, tool, &args).await
+        };
+        match result {
             Ok(Ok(r)) => {
                 let size = r.text.len() + r.structured_json.as_ref().map_or(0, String::len);
                 if size > MAX_OUTPUT_BYTES {

@@ -13,6 +13,7 @@
 //! [plugins.grants.json_api]
 //! sha256 = "9f2c…"                  # the file's content hash (sha256sum)
 //! allow_hosts = ["api.example.org"]
+//! stateful = false                  # true: one instance per session instead of per call
 //! config = { base_url = "https://api.example.org/v1" }
 //! ```
 
@@ -66,6 +67,7 @@ struct RawGrant {
     sha256: Option<String>,
     allow_hosts: Vec<String>,
     scratch: bool,
+    stateful: bool,
     paths: Vec<RawPath>,
     config: BTreeMap<String, String>,
     memory_mib: Option<u64>,
@@ -151,6 +153,9 @@ pub struct PluginGrant {
     pub allow_hosts: HostRules,
     /// The session's scratch directory is visible, read-write, as `/scratch`.
     pub scratch: bool,
+    /// Per-session stateful: one instance is kept per session (state persists across the
+    /// session's calls, never across sessions); otherwise every call gets a fresh instance.
+    pub stateful: bool,
     /// Other directories.
     pub paths: Vec<PathGrant>,
     /// Values for `config.get`.
@@ -309,6 +314,7 @@ pub(crate) fn check(raw: &RawPlugins, origin: &str) -> Result<PluginsPolicy, Pol
                     &format!("{prefix}.allow_hosts"),
                 )?,
                 scratch: g.scratch,
+                stateful: g.stateful,
                 paths,
                 config: g.config.clone(),
                 limits: limits(
