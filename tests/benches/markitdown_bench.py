@@ -1,4 +1,4 @@
-"""Times markitdown's HTML conversion on the given files, for sibyl's foundation benchmark.
+"""Times markitdown on the given files (HTML pages, documents), for sibyl's benchmarks.
 
 Usage: python markitdown_bench.py REPEATS FILE...
 Prints one JSON object: {file: median milliseconds per conversion}.
