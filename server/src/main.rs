@@ -32,6 +32,26 @@ enum Command {
         /// Policy file (TOML).
         file: PathBuf,
     },
+    /// Internal: the sandboxed child process that extracts one PDF read from stdin and prints
+    /// JSON (started by the server itself; see `browser::extract::pdf`).
+    #[command(hide = true, name = "extract-pdf")]
+    ExtractPdf {
+        /// Longest text kept (characters).
+        #[arg(long)]
+        max_chars: usize,
+        /// Address-space limit (MiB).
+        #[arg(long)]
+        memory_mb: u64,
+        /// CPU-time limit (seconds).
+        #[arg(long)]
+        cpu_secs: u64,
+        /// libpdfium.so to load.
+        #[arg(long)]
+        library: Option<PathBuf>,
+        /// Confine, then try what the sandbox must refuse, and print the verdicts as JSON.
+        #[arg(long)]
+        probe_sandbox: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +64,21 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::ExtractPdf {
+            max_chars,
+            memory_mb,
+            cpu_secs,
+            library,
+            probe_sandbox,
+        } => std::process::exit(sibyl_server::browser::extract::pdf::child::main(
+            &sibyl_server::browser::extract::pdf::child::ChildArgs {
+                max_chars,
+                memory_mb,
+                cpu_secs,
+                library,
+                probe_sandbox,
+            },
+        )),
         Command::CheckPolicy { file } => {
             Policy::load(&file)?;
             println!("{}: valid", file.display());

@@ -577,3 +577,128 @@ async fn python_in_the_same_session_reads_the_downloaded_file() {
         out.text
     );
 }
+
+/// The PDF child process (`sibyl-server extract-pdf`) confines itself before parsing: under
+/// its seccomp filter and rlimits it can read no file, write none, open no socket, run no
+/// program and signal no process, while threads still work.
+#[test]
+fn pdf_child_process_is_sandboxed() {
+    let out = std::process::Command::new(sibyl_tests::bin("sibyl-server"))
+        .args([
+            "extract-pdf",
+            "--max-chars",
+            "1000",
+            "--memory-mb",
+            "1024",
+            "--cpu-secs",
+            "5",
+            "--probe-sandbox",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run extract-pdf");
+    assert!(out.status.success(), "{:?}", out.status);
+    let verdicts: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&out.stdout).expect("probe JSON");
+    for probe in [
+        "read_file",
+        "write_file",
+        "tcp_connect",
+        "udp_socket",
+        "spawn_process",
+        "signal_parent",
+    ] {
+        assert_eq!(
+            verdicts.get(probe).map(String::as_str),
+            Some("denied"),
+            "{probe}: {verdicts:?}"
+        );
+    }
+    assert_eq!(verdicts.get("thread").map(String::as_str), Some("works"));
+}
+
+/// A one-page PDF whose page holds `lines` lines of 100 glyphs: PDFium needs about 100 bytes
+/// of memory per glyph to extract its text.
+fn glyph_heavy_pdf(lines: usize) -> Vec<u8> {
+    let line = format!("({}) Tj T* ", "A".repeat(100));
+    let content = format!("BT /F1 1 Tf 1 0 0 1 10 10 Tm 1 TL {}ET", line.repeat(lines));
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+         /Resources << /Font << /F1 5 0 R >> >> >>"
+            .to_string(),
+        format!(
+            "<< /Length {} >>\nstream\n{content}\nendstream",
+            content.len()
+        ),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    let mut out = String::from("%PDF-1.4\n");
+    let mut offsets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.push_str(&format!("{} 0 obj\n{o}\nendobj\n", i + 1));
+    }
+    let xref = out.len();
+    out.push_str(&format!(
+        "xref\n0 {}\n0000000000 65535 f \n",
+        objects.len() + 1
+    ));
+    for o in offsets {
+        out.push_str(&format!("{o:010} 00000 n \n"));
+    }
+    out.push_str(&format!(
+        "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+        objects.len() + 1
+    ));
+    out.into_bytes()
+}
+
+/// A PDF that needs more memory than the PDF child process may take (3 million glyphs,
+/// ~450 MB, against 256 MiB) is a clear error naming the policy key, for that file only: in
+/// the server's own process PDFium's `std::bad_alloc` would have aborted the server. The same
+/// server then converts other files and a small PDF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdf_over_its_memory_limit_is_a_clear_error() {
+    let (mut env, generated) = start(&format!("{POLICY}pdf_memory_mb = 256\n")).await;
+    generated
+        .lock()
+        .expect("lock")
+        .push(("glyphs.pdf".into(), glyph_heavy_pdf(30_000)));
+    let s = env.session().await;
+    let r = env
+        .call(
+            &s,
+            "download_file",
+            serde_json::json!({ "url": format!("{}/gen/glyphs.pdf", env.files) }),
+        )
+        .await;
+    assert!(r.is_error, "{}", r.text);
+    assert!(
+        r.text.contains("browser.extract.pdf_memory_mb = 256 MiB"),
+        "{}",
+        r.text
+    );
+    let (r, all) = env
+        .download_all(&s, &format!("{}/docs/test.docx", env.files))
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert!(
+        all.contains("314b0a30-5b04-470b-b9f7-eed2c2bec74a"),
+        "{all}"
+    );
+    generated
+        .lock()
+        .expect("lock")
+        .push(("small.pdf".into(), glyph_heavy_pdf(3)));
+    let r = env
+        .call(
+            &s,
+            "download_file",
+            serde_json::json!({ "url": format!("{}/gen/small.pdf", env.files) }),
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains(&"A".repeat(100)), "{}", r.text);
+}

@@ -146,6 +146,10 @@ pub struct RawExtractPolicy {
     pub tesseract: String,
     /// See [`ExtractPolicy::pdfium_library`]; empty for the default search.
     pub pdfium_library: String,
+    /// See [`ExtractPolicy::pdf_timeout`] (milliseconds).
+    pub pdf_timeout_ms: u64,
+    /// See [`ExtractPolicy::pdf_memory_mb`].
+    pub pdf_memory_mb: u64,
 }
 
 impl Default for RawExtractPolicy {
@@ -158,6 +162,8 @@ impl Default for RawExtractPolicy {
             ocr_timeout_ms: 30_000,
             tesseract: "tesseract".into(),
             pdfium_library: String::new(),
+            pdf_timeout_ms: 30_000,
+            pdf_memory_mb: 1024,
         }
     }
 }
@@ -180,6 +186,11 @@ pub struct ExtractPolicy {
     /// `libpdfium.so` to load; `None`: `$SIBYL_PDFIUM_LIBRARY`, then
     /// `/opt/sibyl/lib/libpdfium.so` (installed by `scripts/setup`), then the system library.
     pub pdfium_library: Option<PathBuf>,
+    /// Wall-clock limit of the sandboxed child process that parses one PDF
+    /// ([`pdf`](self::pdf)); its CPU-time limit is this, rounded up, plus 1 s.
+    pub pdf_timeout: Duration,
+    /// Address-space limit of that child process (MiB).
+    pub pdf_memory_mb: u64,
 }
 
 impl Default for ExtractPolicy {
@@ -193,6 +204,8 @@ impl Default for ExtractPolicy {
             ocr_timeout: Duration::from_secs(30),
             tesseract: "tesseract".into(),
             pdfium_library: None,
+            pdf_timeout: Duration::from_secs(30),
+            pdf_memory_mb: 1024,
         })
     }
 }
@@ -247,6 +260,13 @@ impl ExtractPolicy {
             )? as u64),
             tesseract: raw.tesseract.trim().to_string(),
             pdfium_library,
+            pdf_timeout: Duration::from_millis(range(
+                "pdf_timeout_ms",
+                raw.pdf_timeout_ms,
+                100,
+                600_000,
+            )? as u64),
+            pdf_memory_mb: range("pdf_memory_mb", raw.pdf_memory_mb, 64, 65_536)? as u64,
         })
     }
 }

@@ -202,7 +202,8 @@ mod tests {
                 .join("../tests/fixtures/documents/test.pdf"),
         )
         .expect("pdf");
-        let pdfium = super::super::pdf::pdfium(&policy).expect("libpdfium (scripts/setup)");
+        let pdfium = super::super::pdf::pdfium(policy.pdfium_library.as_deref())
+            .expect("libpdfium (scripts/setup)");
         let doc = pdfium.load_pdf_from_byte_slice(&pdf, None).expect("load");
         let page = doc.pages().get(0).expect("page");
         let bitmap = page
