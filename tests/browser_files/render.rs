@@ -53,10 +53,45 @@ async fn secret_server(hits: Arc<AtomicUsize>) -> SocketAddr {
     addr
 }
 
-async fn pages_server(secret: SocketAddr) -> SocketAddr {
+/// A page that opens a WebSocket to `target` (CDP's request interception never sees
+/// WebSockets; the egress proxy must refuse it).
+fn websocket_page(target: &str) -> String {
+    format!(
+        r#"<!DOCTYPE html><html><head><title>WebSocket page</title><script>
+const ws = new WebSocket('{target}');
+ws.onopen = () => {{ document.body.innerHTML = '<p>websocket open</p>'; }};
+ws.onerror = () => {{ document.body.innerHTML = '<p>websocket refused 6620</p>'; }};
+</script></head><body></body></html>"#
+    )
+}
+
+/// A raw TCP listener on 127.0.0.2 counting the connections it accepts.
+async fn counting_listener(hits: Arc<AtomicUsize>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    addr
+}
+
+async fn pages_server(secret: SocketAddr, ws: SocketAddr) -> SocketAddr {
     let ssrf = ssrf_page(&format!("http://{secret}/secret"));
+    let wsp = websocket_page(&format!("ws://{ws}/socket"));
     let app = axum::Router::new()
         .route("/js", axum::routing::get(|| async { Html(JS_PAGE) }))
+        .route(
+            "/ws",
+            axum::routing::get(move || {
+                let p = wsp.clone();
+                async move { Html(p) }
+            }),
+        )
         .route(
             "/ssrf",
             axum::routing::get(move || {
@@ -148,7 +183,9 @@ fn chromium_pss_kib() -> u64 {
 async fn chromium_renders_script_pages_obeys_ssrf_and_survives_a_crash() {
     let hits = Arc::new(AtomicUsize::new(0));
     let secret = secret_server(hits.clone()).await;
-    let pages = pages_server(secret).await;
+    let ws_hits = Arc::new(AtomicUsize::new(0));
+    let ws = counting_listener(ws_hits.clone()).await;
+    let pages = pages_server(secret, ws).await;
 
     // Without rendering the text is not there.
     let mut plain = render_env("never").await;
@@ -206,8 +243,27 @@ async fn chromium_renders_script_pages_obeys_ssrf_and_survives_a_crash() {
         0,
         "the secret server was reached"
     );
-    // Control: with 127.0.0.2 allowed, the same page does reach it (so the refusal above
-    // is the interception's, not a network accident).
+    // A WebSocket to the same forbidden address never connects: CDP interception does not
+    // see WebSockets, the egress proxy refuses the CONNECT.
+    let r = env
+        .call(
+            &s,
+            "visit_page",
+            json!({ "url": format!("http://{pages}/ws") }),
+        )
+        .await;
+    assert!(
+        body_of(&r.text).contains("websocket refused 6620"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        ws_hits.load(Ordering::SeqCst),
+        0,
+        "the WebSocket reached 127.0.0.2"
+    );
+    // Control: with 127.0.0.2 allowed, the same pages do reach it (so the refusals above
+    // are the interception's and the proxy's, not a network accident).
     let (mut open, _) = start_with(|_| {
         "[browser]\nallow_hosts = [\"127.0.0.1\", \"127.0.0.2\"]\n[browser.render]\nmode = \"always\"\npage_timeout_ms = 20000\n".to_string()
     })
@@ -223,6 +279,17 @@ async fn chromium_renders_script_pages_obeys_ssrf_and_survives_a_crash() {
     assert!(
         hits.load(Ordering::SeqCst) > 0,
         "control page never reached 127.0.0.2"
+    );
+    let _ = open
+        .call(
+            &so,
+            "visit_page",
+            json!({ "url": format!("http://{pages}/ws") }),
+        )
+        .await;
+    assert!(
+        ws_hits.load(Ordering::SeqCst) > 0,
+        "control WebSocket never reached 127.0.0.2"
     );
     drop(open);
 

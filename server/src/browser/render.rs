@@ -13,9 +13,13 @@
 //! load event, then until the DOM has not changed for `settle_ms` (MutationObserver), capped,
 //! and return the serialised DOM (measured in ../shared/notes/browser.md: 0.66–0.85 s/page).
 //!
-//! Limits: WebSocket connections are not seen by CDP's Fetch interception and are not
-//! filtered; a host resolved by the interceptor is resolved again by Chromium (DNS
-//! rebinding window). Both are why rendering is off in the default policy.
+//! Interception alone does not see WebSockets, and a name it resolved would be resolved again
+//! by Chromium (a DNS-rebinding window). So Chromium also sends *every* connection through an
+//! egress proxy of ours ([`proxy`], `--proxy-server`, with loopback not bypassed) that
+//! resolves, checks and connects to exactly the checked addresses; WebRTC may not use UDP
+//! outside the proxy. The proxy lives as long as the [`Renderer`].
+
+pub mod proxy;
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -169,6 +173,8 @@ pub struct Renderer {
     policy: RenderPolicy,
     guard: Arc<AddressGuard>,
     browser: Arc<Mutex<Option<Browser>>>,
+    /// Started with the first render; every Chromium connection goes through it.
+    proxy: Arc<Mutex<Option<proxy::EgressProxy>>>,
     slots: tokio::sync::Semaphore,
 }
 
@@ -188,6 +194,22 @@ const SETTLE_JS: &str = r#"new Promise((resolve) => {
 })"#;
 
 impl Renderer {
+    /// The egress proxy's address, starting the proxy on first use.
+    fn proxy_addr(&self) -> Result<std::net::SocketAddr, RenderError> {
+        let mut p = self
+            .proxy
+            .lock()
+            .map_err(|_| RenderError::Browser("proxy lock poisoned".into()))?;
+        if let Some(running) = p.as_ref() {
+            return Ok(running.addr());
+        }
+        let started = proxy::EgressProxy::start(self.guard.clone())
+            .map_err(|e| RenderError::Launch(format!("cannot start the egress proxy: {e}")))?;
+        let addr = started.addr();
+        *p = Some(started);
+        Ok(addr)
+    }
+
     /// A renderer for `policy`, refusing what `guard` refuses. Chromium starts on first use.
     pub fn new(policy: RenderPolicy, guard: Arc<AddressGuard>) -> Self {
         let slots = tokio::sync::Semaphore::new(policy.max_tabs);
@@ -195,6 +217,7 @@ impl Renderer {
             policy,
             guard,
             browser: Arc::new(Mutex::new(None)),
+            proxy: Arc::new(Mutex::new(None)),
             slots,
         }
     }
@@ -227,16 +250,17 @@ impl Renderer {
         let browser = self.browser.clone();
         let guard = self.guard.clone();
         let policy = self.policy.clone();
+        let proxy = self.proxy_addr()?;
         let url = url.to_string();
         let job = tokio::task::spawn_blocking(move || {
             // One retry with a fresh browser if the shared one has died.
-            match render_once(&browser, &guard, &policy, &url) {
+            match render_once(&browser, &guard, &policy, proxy, &url) {
                 Err(RenderError::Browser(e)) => {
                     tracing::warn!(error = %e, "Chromium render failed; relaunching");
                     if let Ok(mut b) = browser.lock() {
                         *b = None;
                     }
-                    render_once(&browser, &guard, &policy, &url)
+                    render_once(&browser, &guard, &policy, proxy, &url)
                 }
                 other => other,
             }
@@ -249,23 +273,30 @@ impl Renderer {
     }
 }
 
-fn launch(policy: &RenderPolicy) -> Result<Browser, RenderError> {
+fn launch(policy: &RenderPolicy, proxy: std::net::SocketAddr) -> Result<Browser, RenderError> {
     let path = policy.chromium.clone().or_else(|| {
         ["chromium", "chromium-browser", "google-chrome"]
             .iter()
             .find_map(|n| which(n))
     });
-    let args: Vec<&std::ffi::OsStr> = [
+    let proxy_arg = format!("--proxy-server=http://{proxy}");
+    let flags = [
         "--disable-component-update",
         "--mute-audio",
         "--renderer-process-limit=2",
         "--disable-dev-shm-usage",
         "--no-default-browser-check",
         "--disable-features=DnsOverHttps",
-    ]
-    .iter()
-    .map(std::ffi::OsStr::new)
-    .collect();
+        // Every connection goes through the egress proxy, loopback included (Chromium
+        // bypasses proxies for loopback unless told not to), and WebRTC may not send UDP
+        // around it.
+        proxy_arg.as_str(),
+        "--proxy-bypass-list=<-loopback>",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--dns-prefetch-disable",
+    ];
+    let args: Vec<&std::ffi::OsStr> = flags.iter().map(std::ffi::OsStr::new).collect();
     let opts = LaunchOptions::default_builder()
         .headless(true)
         // Root in a container has no user namespaces for Chromium's sandbox.
@@ -291,6 +322,7 @@ fn render_once(
     shared: &Mutex<Option<Browser>>,
     guard: &Arc<AddressGuard>,
     policy: &RenderPolicy,
+    proxy: std::net::SocketAddr,
     url: &str,
 ) -> Result<String, RenderError> {
     let browser = {
@@ -299,7 +331,7 @@ fn render_once(
             .map_err(|_| RenderError::Browser("browser lock poisoned".into()))?;
         let alive = b.as_ref().is_some_and(|br| br.get_version().is_ok());
         if !alive {
-            *b = Some(launch(policy)?);
+            *b = Some(launch(policy, proxy)?);
         }
         match b.as_ref() {
             Some(br) => br.clone(),
