@@ -177,11 +177,15 @@ pub enum Protection {
     /// A seccomp filter refusing kernel interfaces sandboxed code has no use for (namespaces,
     /// mounts, ptrace, keyrings, bpf, perf, userfaultfd, io_uring, modules…).
     Seccomp,
+    /// No nested user namespaces: bubblewrap's `--disable-userns` (0.8.0+), so neither
+    /// `unshare` nor a raw `clone(CLONE_NEWUSER)` (which the seccomp deny-list does not see)
+    /// can create one inside the sandbox (they fail with ENOSPC).
+    NoNestedUserns,
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 7] = [
+    pub const ALL: [Protection; 8] = [
         Protection::UserNamespace,
         Protection::PidNamespace,
         Protection::NetNamespace,
@@ -189,6 +193,7 @@ impl Protection {
         Protection::IpcNamespace,
         Protection::Rlimits,
         Protection::Seccomp,
+        Protection::NoNestedUserns,
     ];
 
     /// The policy spelling.
@@ -201,6 +206,7 @@ impl Protection {
             Protection::IpcNamespace => "ipc_ns",
             Protection::Rlimits => "rlimits",
             Protection::Seccomp => "seccomp",
+            Protection::NoNestedUserns => "no_nested_userns",
         }
     }
 
