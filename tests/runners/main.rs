@@ -843,6 +843,33 @@ async fn wasm_sessions_are_notebooks_with_numpy_and_pandas() {
     assert_eq!(e.code(), tonic::Code::NotFound);
 }
 
+/// matplotlib (Agg) in the WASM runner: a figure saved as PNG into the scratch directory is a
+/// real PNG for the next call and for the host's python3 (the subprocess runner) in the same
+/// session. Importing pyplot in a fresh guest takes seconds: this test's deadline is longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_matplotlib_saves_a_png_in_the_scratch_dir() {
+    let policy = POLICY.replace("timeout_ms = 3000", "timeout_ms = 60000");
+    assert_ne!(policy, POLICY);
+    let srv = start(&policy).await;
+    let mut c = srv.client.clone();
+    warm(&mut c, "wasm").await;
+    let s = open(&mut c).await;
+    let r = py(
+        &mut c,
+        &s,
+        "wasm",
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2, 3], [4, 1, 9])\nax.set_title('sibyl')\nfig.savefig('plot.png')\nprint(matplotlib.get_backend())",
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.stdout().to_lowercase(), "agg\n", "{}", r.text);
+    let check = "d = open('plot.png', 'rb').read()\nprint(d[:8] == b'\\x89PNG\\r\\n\\x1a\\n', len(d) > 1024)";
+    let r = py(&mut c, &s, "wasm", check).await;
+    assert_eq!(r.stdout(), "True True\n", "{}", r.text);
+    let r = py(&mut c, &s, "subprocess", check).await;
+    assert_eq!(r.stdout(), "True True\n", "{}", r.text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wasm_streams_output() {
     let srv = start(POLICY).await;
