@@ -134,11 +134,11 @@ impl Runners {
         };
         registry.register(Arc::new(ComputerTerminal {
             runners: self.clone(),
-            descriptor: descriptor::<TerminalArgs>("computer_terminal", &terminal_text),
+            descriptor: descriptor::<TerminalArgs>("computer_terminal", terminal_text),
         }))?;
         registry.register(Arc::new(PythonTool {
             runners: self.clone(),
-            descriptor: descriptor::<PythonArgs>("python", &python_text),
+            descriptor: descriptor::<PythonArgs>("python", python_text),
         }))
     }
 }
