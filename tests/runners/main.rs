@@ -360,8 +360,8 @@ impl Canaries {
     }
 }
 
-async fn hostile(runner: &str) {
-    let srv = start(POLICY).await;
+async fn hostile(policy: &str, runner: &str) {
+    let srv = start(policy).await;
     let mut c = srv.client.clone();
     warm(&mut c, runner).await;
     let k = canaries();
@@ -485,7 +485,7 @@ except Exception as e:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subprocess_hostile_escapes() {
-    hostile("subprocess").await;
+    hostile(POLICY, "subprocess").await;
 }
 
 /// Hostile code that must be stopped by a limit; returns the run.
@@ -507,8 +507,8 @@ async fn limited(c: &mut Client, runner: &str, code: &str, limits: &[&str]) -> R
     r
 }
 
-async fn bombs(runner: &str) {
-    let srv = start(POLICY).await;
+async fn bombs(policy: &str, runner: &str) {
+    let srv = start(policy).await;
     let mut c = srv.client.clone();
     warm(&mut c, runner).await;
     let k = canaries();
@@ -615,7 +615,7 @@ async fn bombs(runner: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subprocess_bombs_hit_their_limits() {
-    bombs("subprocess").await;
+    bombs(POLICY, "subprocess").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -729,12 +729,12 @@ async fn wasm_functional() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wasm_hostile_escapes() {
-    hostile("wasm").await;
+    hostile(POLICY, "wasm").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wasm_bombs_hit_their_limits() {
-    bombs("wasm").await;
+    bombs(POLICY, "wasm").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1107,106 +1107,19 @@ async fn wasm312_fallback_runs_python_3_12() {
     );
 }
 
-/// The fallback build under the hostile suite's limits and canaries.
+/// The fallback build through the whole hostile suite (escapes, then bombs), as the default
+/// build, plus a deadline check for a guest sleeping in `time.sleep`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wasm312_fallback_limits_and_escapes() {
+async fn wasm312_fallback_hostile_suite() {
     if !python312_installed() {
         return;
     }
-    let srv = start(&policy_312()).await;
+    let policy = policy_312();
+    hostile(&policy, "wasm").await;
+    bombs(&policy, "wasm").await;
+    let srv = start(&policy).await;
     let mut c = srv.client.clone();
-    let runner = "wasm";
-    warm(&mut c, runner).await;
-    let k = canaries();
-
-    let r = limited(&mut c, runner, "while True: pass", &["time"]).await;
-    assert!(
-        r.s["duration_ms"].as_f64().unwrap_or(0.0) >= 2900.0,
-        "{}",
-        r.s
-    );
-    let r = limited(&mut c, runner, "import time\ntime.sleep(100)", &["time"]).await;
+    let r = limited(&mut c, "wasm", "import time\ntime.sleep(100)", &["time"]).await;
     let ms = r.s["duration_ms"].as_f64().unwrap_or(1e9);
     assert!((2900.0..6000.0).contains(&ms), "{}", r.s);
-    limited(&mut c, runner, "x = bytearray(1500 * 1024**2)", &["memory"]).await;
-    limited(
-        &mut c,
-        runner,
-        "a = []\nwhile True: a.append(bytearray(10**6))",
-        &["memory"],
-    )
-    .await;
-    let r = limited(
-        &mut c,
-        runner,
-        "while True: print('x' * 10000)",
-        &["output"],
-    )
-    .await;
-    assert!(r.stdout().len() <= 65536);
-    limited(
-        &mut c,
-        runner,
-        "open('f', 'w').close()\nfs = []\nwhile True: fs.append(open('f'))",
-        &["open_files"],
-    )
-    .await;
-
-    // No network: sockets are not supported; the loopback canary sees nothing.
-    let port = k.listener.local_addr().expect("addr").port();
-    let r = py(
-        &mut c,
-        "",
-        runner,
-        &format!(
-            "import socket\nres = []\nfor host, port in [('127.0.0.1', {port}), ('169.254.169.254', 80), ('1.1.1.1', 443)]:\n    try:\n        socket.create_connection((host, port), timeout=1)\n        res.append('CONNECTED')\n    except Exception as e:\n        res.append(type(e).__name__)\nprint(res)"
-        ),
-    )
-    .await;
-    assert!(!r.stdout().contains("CONNECTED"), "{}", r.text);
-    assert!(r.stdout().starts_with('['), "the probe ran: {}", r.text);
-
-    // No host files: the canary, /etc, the source tree; no writes outside /scratch.
-    let code = format!(
-        r#"
-import os
-res = []
-for p in [{secret:?}, "/etc/passwd", "/proc/self/environ", {manifest:?} + "/Cargo.toml"]:
-    try:
-        res.append(open(p, errors="replace").read()[:200])
-    except Exception as e:
-        res.append(type(e).__name__)
-for p in [{marker:?}, {dir:?} + "/x", "/scratch/../x", "/usr/x"]:
-    try:
-        open(p, "w").write("x"); res.append("WROTE " + p)
-    except Exception as e:
-        res.append(type(e).__name__)
-print(res)
-print(sorted(os.environ))
-"#,
-        secret = k.secret_file.display().to_string(),
-        manifest = env!("CARGO_MANIFEST_DIR"),
-        marker = k.marker.display().to_string(),
-        dir = k.dir.path().display().to_string(),
-    );
-    let r = py(&mut c, "", runner, &code).await;
-    assert!(!r.is_error, "{}", r.text);
-    // The marker path is under /tmp, which is the guest's own private /tmp: a write there
-    // may succeed, and assert_untouched checks that the host's marker did not appear.
-    let wrote = r.stdout().matches("WROTE").count();
-    let wrote_marker = r.stdout().matches("WROTE /tmp/").count();
-    assert_eq!(wrote, wrote_marker, "wrote outside /scratch: {}", r.text);
-    assert!(!r.stdout().contains("root:"), "{}", r.text);
-    assert!(
-        !r.stdout().contains("[package]"),
-        "source tree read: {}",
-        r.text
-    );
-    assert!(
-        r.stdout().contains("['HOME', 'TMPDIR']"),
-        "environment: {}",
-        r.text
-    );
-    k.assert_untouched("wasm312", &[&r]);
-    alive(&mut c, runner).await;
 }
