@@ -197,6 +197,94 @@ async fn subprocess_functional() {
     functional("subprocess").await;
 }
 
+/// Subprocess sessions are notebooks: one sandboxed interpreter per session keeps variables
+/// and imports between calls, under the same sandbox (seccomp included) as one-shot calls;
+/// exceptions and `sys.exit` keep the state, a limit or `os._exit` starts a fresh
+/// interpreter (files stay), and no child process outlives its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocess_sessions_are_notebooks() {
+    let srv = start(POLICY).await;
+    let mut c = srv.client.clone();
+    let a = open(&mut c).await;
+    let b = open(&mut c).await;
+    let run = |s: &str, code: &str| {
+        let (mut c, s, code) = (c.clone(), s.to_string(), code.to_string());
+        async move { py(&mut c, &s, "subprocess", &code).await }
+    };
+    let r = run(&a, "import math\nx = 41\nprint('set', end='')").await;
+    assert_eq!(r.stdout(), "set", "{}", r.text);
+    let r = run(&a, "print(x + 1, math.pi > 3)").await;
+    assert_eq!(r.stdout(), "42 True\n", "{}", r.text);
+    assert_eq!(r.s["exit_code"], 0);
+    let r = run(&b, "print('x' in globals())").await;
+    assert_eq!(
+        r.stdout(),
+        "False\n",
+        "sessions share a namespace: {}",
+        r.text
+    );
+
+    // An exception is a normal failed call with the code's own traceback; state stays.
+    let r = run(&a, "y = 1\nraise KeyError('k')").await;
+    assert!(r.is_error);
+    assert_eq!(r.s["exit_code"], 1);
+    assert!(r.stderr().contains("KeyError: 'k'"), "{}", r.text);
+    assert!(
+        r.stderr().contains("File \"<string>\", line 2"),
+        "{}",
+        r.text
+    );
+    assert!(
+        !r.stderr().contains("kernel-"),
+        "driver frame shown: {}",
+        r.text
+    );
+    let r = run(&a, "print('unclosed'").await;
+    assert!(r.stderr().contains("SyntaxError"), "{}", r.text);
+    let r = run(&a, "import sys; sys.exit(3)").await;
+    assert_eq!(r.s["exit_code"], 3, "{}", r.text);
+    let r = run(&a, "print(x, y)").await;
+    assert_eq!(r.stdout(), "41 1\n", "{}", r.text);
+
+    // The same sandbox as one-shot calls: seccomp (EPERM for unshare), no network, the
+    // scratch directory as the working directory.
+    let r = run(
+        &a,
+        "import ctypes, os, socket\nlibc = ctypes.CDLL(None, use_errno=True)\nrc = libc.unshare(0x10000000)\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n    net = 'connected'\nexcept OSError:\n    net = 'no network'\nprint(rc, ctypes.get_errno(), net, os.getcwd())",
+    )
+    .await;
+    assert_eq!(r.stdout(), "-1 1 no network /scratch\n", "{}", r.text);
+
+    // A child process dies with the call that started it.
+    let r = run(
+        &a,
+        "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1); open(\"/scratch/late\",\"w\").write(\"x\")'], start_new_session=True)\nprint('spawned')",
+    )
+    .await;
+    assert_eq!(r.stdout(), "spawned\n", "{}", r.text);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let r = run(&a, "import os; print(os.path.exists('late'), x)").await;
+    assert_eq!(r.stdout(), "False 41\n", "an orphan survived: {}", r.text);
+
+    // A limit ends the interpreter; the next call gets a fresh one, files remain.
+    let r = run(&a, "open('keep.txt', 'w').write('kept')").await;
+    assert!(!r.is_error, "{}", r.text);
+    let r = run(&a, "print('busy', flush=True)\nwhile True: pass").await;
+    assert_eq!(r.limit(), Some("time"), "{}", r.text);
+    assert_eq!(r.stdout(), "busy\n", "{}", r.text);
+    let r = run(&a, "print('x' in globals(), open('keep.txt').read())").await;
+    assert_eq!(r.stdout(), "False kept\n", "{}", r.text);
+    let r = run(&a, "x = 5\nimport os; os._exit(7)").await;
+    assert_eq!(r.s["exit_code"], 7, "{}", r.text);
+    let r = run(&a, "print('x' in globals())").await;
+    assert_eq!(r.stdout(), "False\n", "{}", r.text);
+    let r = run(&a, "print('A' * 100000)").await;
+    assert_eq!(r.limit(), Some("output"), "{}", r.s);
+    let r = run(&a, "print('after output cap')").await;
+    assert_eq!(r.stdout(), "after output cap\n", "{}", r.text);
+    alive(&mut c, "subprocess").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn computer_terminal_uses_the_default_runner() {
     let srv = start(POLICY).await;
@@ -1094,16 +1182,13 @@ async fn wasm312_fallback_runs_python_3_12() {
         .expect("list")
         .into_inner()
         .tools;
-    let terminal = tools
-        .iter()
-        .find(|t| t.name == "computer_terminal")
-        .expect("computer_terminal");
+    let python = tools.iter().find(|t| t.name == "python").expect("python");
     assert!(
-        terminal
-            .description
-            .contains("variables and imports do not persist"),
+        python.description.contains(
+            "CPython 3.12 in WebAssembly, standard library only, a fresh interpreter per call"
+        ),
         "{}",
-        terminal.description
+        python.description
     );
 }
 

@@ -107,6 +107,8 @@ pub mod raw {
         pub uid_count: u64,
         /// Protections whose absence refuses the runner.
         pub require: Vec<String>,
+        /// Keep one sandboxed interpreter per session so variables persist between calls.
+        pub notebook: bool,
     }
 
     impl Default for Subprocess {
@@ -126,6 +128,7 @@ pub mod raw {
                     .iter()
                     .map(|p| p.as_str().to_string())
                     .collect(),
+                notebook: true,
             }
         }
     }
@@ -276,6 +279,9 @@ pub struct SubprocessPolicy {
     pub uid_count: u32,
     /// Protections that must be present, else the runner is refused.
     pub require: Vec<Protection>,
+    /// Notebook sessions: a session's calls run in one sandboxed interpreter kept between
+    /// calls (variables and imports persist); calls without a session still get a fresh one.
+    pub notebook: bool,
 }
 
 /// The CPython build the WASM runner runs (`runner.wasm.build`).
@@ -546,6 +552,7 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
             uid_base: u32::try_from(uid_base).unwrap_or(u32::MAX),
             uid_count: u32::try_from(uid_count).unwrap_or(1),
             require,
+            notebook: s.notebook,
         },
         wasm: WasmPolicy {
             enabled: w.enabled,

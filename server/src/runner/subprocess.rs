@@ -14,7 +14,16 @@
 //! namespace has only a down loopback). At the deadline, or when output passes its cap, the
 //! outer bwrap is killed with SIGKILL; `--die-with-parent` kills the namespace's init and the
 //! kernel kills every process of the PID namespace with it, so no orphan survives a call.
-//! Variables do not persist between calls of this runner (files in `/scratch` do).
+//!
+//! Notebook sessions (`runner.subprocess.notebook`, on by default): the calls of a session run
+//! in one such sandbox kept between calls, a small driver ([`KERNEL_PY`]) that reads each
+//! call's code from stdin and runs it in one `__main__` namespace, so variables and imports
+//! persist like a notebook's. After each call it kills every other process of its PID
+//! namespace (`kill(-1, SIGKILL)`), so no child outlives the call that started it, then writes
+//! an end marker with the call's status on stdout and on stderr. A call that hits a limit
+//! (time, output, disk) or ends the interpreter (`os._exit`, a crash) ends the kernel, as in
+//! the WASM runner: the next call starts a fresh one (files in `/scratch` remain). Calls without a session always get a fresh sandbox. The kernel's
+//! CPU-time limit is 32 call deadlines over its life.
 //!
 //! A seccomp deny-list (see `seccomp_program`) is passed to bwrap (`--seccomp 0`, the filter
 //! on stdin), so the program is written to a file bound read-only at `/run/sibyl/main.py`.
@@ -38,6 +47,67 @@ const NAME: &str = "subprocess";
 /// Where the program is bound inside the sandbox when stdin carries the seccomp filter.
 const PROGRAM: &str = "/run/sibyl/main.py";
 
+/// The notebook kernel's driver: reads `NONCE LENGTH\n` + code frames from stdin, runs each
+/// in one `__main__` namespace with the code's own tracebacks, kills every other process of
+/// the sandbox, and ends each call with `\0SIBYL-END NONCE STATUS\n` on stdout and
+/// `\0SIBYL-END NONCE\n` on stderr.
+const KERNEL_PY: &str = r#"import os, sys, traceback
+_frames = sys.stdin.buffer
+sys.stdin = open(os.devnull)
+_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+def _flush():
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+while True:
+    _head = _frames.readline()
+    if not _head:
+        break
+    _nonce, _size = _head.split()
+    _src = _frames.read(int(_size)).decode("utf-8", "replace")
+    _status = 0
+    try:
+        exec(compile(_src, "<string>", "exec"), _ns)
+    except SystemExit as _e:
+        _c = _e.code
+        if _c is None:
+            _status = 0
+        elif isinstance(_c, int):
+            _status = _c & 0xFF
+        else:
+            print(_c, file=sys.stderr)
+            _status = 1
+    except BaseException as _e:
+        _tb = _e.__traceback__
+        if _tb is not None and _tb.tb_frame.f_code.co_filename == __file__:
+            _tb = _tb.tb_next
+        traceback.print_exception(type(_e), _e, _tb)
+        _status = 1
+    _flush()
+    try:
+        os.kill(-1, 9)
+    except OSError:
+        pass
+    os.write(1, b"\0SIBYL-END " + _nonce + b" " + str(_status).encode() + b"\n")
+    os.write(2, b"\0SIBYL-END " + _nonce + b"\n")
+"#;
+
+/// A session's running notebook kernel (see the module docs).
+struct Kernel {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+}
+
+/// The session's kernel, if one is running; dropping it kills the sandbox.
+#[derive(Default)]
+struct KernelSlot {
+    kernel: Option<Kernel>,
+}
+
 /// The sandbox uid of a session, kept in its state map.
 #[derive(Default)]
 struct SandboxUser {
@@ -60,6 +130,8 @@ pub struct SubprocessRunner {
     /// Where each run's program is written (mode 0711: others cannot list it) and bound
     /// read-only into the sandbox, since stdin carries the seccomp filter.
     code_dir: Option<tempfile::TempDir>,
+    /// The notebook kernel's driver, bound read-only at [`PROGRAM`] in kernel sandboxes.
+    kernel_program: Option<tempfile::TempPath>,
 }
 
 impl SubprocessRunner {
@@ -92,10 +164,17 @@ impl SubprocessRunner {
             policy: sp,
             seccomp: None,
             code_dir: None,
+            kernel_program: None,
         };
         match (seccomp_file(), code_dir()) {
             (Ok(f), Ok(d)) => {
                 me.seccomp = Some(f);
+                match kernel_file(d.path()) {
+                    Ok(k) => me.kernel_program = Some(k),
+                    Err(e) => {
+                        tracing::warn!(runner = NAME, error = %e, "no notebook kernel");
+                    }
+                }
                 me.code_dir = Some(d);
             }
             (Err(e), _) | (_, Err(e)) => {
@@ -138,7 +217,7 @@ impl SubprocessRunner {
         // The base sandbox (user + mount namespaces) is needed for anything to run.
         let all: Vec<Protection> = Protection::ALL.to_vec();
         let try_with = |me: &Self, prot: &[Protection]| -> bool {
-            let mut cmd = me.command(scratch.path(), uid, prot, None);
+            let mut cmd = me.command(scratch.path(), uid, prot, None, None);
             let stdin = if prot.contains(&Protection::Seccomp) {
                 match me.seccomp.as_ref().map(|f| f.reopen()) {
                     Some(Ok(f)) => Stdio::from(f),
@@ -210,15 +289,24 @@ impl SubprocessRunner {
 
     /// The full sandbox command up to `python3 -u`; the caller appends the program path (or
     /// `-` to read it from stdin when there is no seccomp filter).
+    ///
+    /// A notebook kernel (`filter_on_fd3`) lives for many calls: its CPU-time limit is 32
+    /// call deadlines, and its stdin carries the code, so the seccomp filter reaches bwrap
+    /// as file descriptor 3, opened by `/bin/sh` just before it becomes bwrap.
     fn command(
         &self,
         scratch: &Path,
         uid: u32,
         prot: &[Protection],
         program: Option<&Path>,
+        filter_on_fd3: Option<&Path>,
     ) -> tokio::process::Command {
         let p = &self.policy;
-        let cpu_secs = self.timeout.as_secs() + 1;
+        let cpu_secs = if filter_on_fd3.is_some() {
+            self.timeout.as_secs().saturating_mul(32) + 1
+        } else {
+            self.timeout.as_secs() + 1
+        };
         let mut cmd = tokio::process::Command::new("/usr/bin/prlimit");
         if prot.contains(&Protection::Rlimits) {
             cmd.arg(format!("--nproc={}", p.max_processes))
@@ -235,8 +323,12 @@ impl SubprocessRunner {
             .arg("--clear-groups")
             .arg("--inh-caps=-all")
             .arg("--no-new-privs")
-            .arg("--")
-            .arg(&p.bwrap);
+            .arg("--");
+        if let Some(filter) = filter_on_fd3 {
+            cmd.args(["/bin/sh", "-c", "exec \"$@\" 3<\"$0\""])
+                .arg(filter);
+        }
+        cmd.arg(&p.bwrap);
         if prot.contains(&Protection::UserNamespace) {
             cmd.arg("--unshare-user");
         }
@@ -250,7 +342,8 @@ impl SubprocessRunner {
             cmd.arg("--unshare-ipc");
         }
         if prot.contains(&Protection::Seccomp) {
-            cmd.args(["--seccomp", "0"]);
+            let fd = if filter_on_fd3.is_some() { "3" } else { "0" };
+            cmd.args(["--seccomp", fd]);
         }
         if prot.contains(&Protection::NoNestedUserns) {
             cmd.arg("--disable-userns");
@@ -292,6 +385,130 @@ impl SubprocessRunner {
             .current_dir("/")
             .kill_on_drop(true);
         cmd
+    }
+
+    /// Runs one call in the session's notebook kernel, starting the kernel if needed.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_in_kernel(
+        &self,
+        slot: &mut KernelSlot,
+        scratch: &Path,
+        uid: u32,
+        prot: &[Protection],
+        kernel_program: &Path,
+        filter: &Path,
+        code: &str,
+    ) -> Result<RunOutcome, RunnerError> {
+        let start_err = |reason: String| RunnerError::Start {
+            runner: NAME,
+            reason,
+        };
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        if let Some(k) = slot.kernel.as_mut()
+            && matches!(k.child.try_wait(), Ok(Some(_)) | Err(_))
+        {
+            slot.kernel = None;
+        }
+        if slot.kernel.is_none() {
+            let mut cmd = self.command(scratch, uid, prot, Some(kernel_program), Some(filter));
+            cmd.arg(PROGRAM)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| start_err(format!("cannot start bubblewrap: {e}")))?;
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                let _ = child.start_kill();
+                return Err(start_err("pipes missing".into()));
+            };
+            slot.kernel = Some(Kernel {
+                child,
+                stdin,
+                stdout,
+                stderr,
+            });
+        }
+        let Some(k) = slot.kernel.as_mut() else {
+            return Err(start_err("no kernel".into()));
+        };
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let mut frame = format!("{nonce} {}\n", code.len()).into_bytes();
+        frame.extend_from_slice(code.as_bytes());
+        // A kernel that died while idle fails the write; its exit is reported below.
+        let wrote = tokio::time::timeout_at(deadline, k.stdin.write_all(&frame))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
+        let marker = format!("\0SIBYL-END {nonce}").into_bytes();
+        let collected = if wrote {
+            collect_turn(
+                &mut k.stdout,
+                &mut k.stderr,
+                &marker,
+                deadline,
+                self.max_output,
+                scratch,
+                self.max_disk,
+            )
+            .await
+        } else {
+            Turn::default()
+        };
+        let mut limit = collected.limit;
+        let (mut exit_code, mut signal) = (collected.status, None);
+        if limit.is_some() || collected.status.is_none() {
+            // Stopped by a limit, or the interpreter ended: the kernel goes.
+            let _ = k.child.start_kill();
+            let status = match tokio::time::timeout(Duration::from_secs(5), k.child.wait()).await {
+                Ok(Ok(s)) => Some(s),
+                _ => None,
+            };
+            slot.kernel = None;
+            if limit.is_none() {
+                use std::os::unix::process::ExitStatusExt;
+                (exit_code, signal) = match status {
+                    Some(s) => (s.code(), s.signal()),
+                    None => (None, None),
+                };
+                if let Some(c) = exit_code
+                    && c > 128
+                    && c < 128 + 65
+                {
+                    signal = Some(c - 128);
+                    exit_code = None;
+                }
+            }
+        }
+        if limit.is_some() {
+            exit_code = None;
+        } else {
+            limit = classify(exit_code, signal, &collected.err);
+        }
+        let duration = started.elapsed();
+        tracing::debug!(
+            runner = NAME,
+            uid,
+            ms = millis(duration),
+            ?exit_code,
+            ?signal,
+            limit = limit.map(|l| l.as_str()),
+            kernel_kept = slot.kernel.is_some(),
+            "notebook run"
+        );
+        Ok(RunOutcome {
+            runner: RunnerKind::Subprocess,
+            stdout: lossy(&collected.out),
+            stderr: lossy(&collected.err),
+            exit_code,
+            signal,
+            duration_ms: millis(duration),
+            limit,
+            truncated: collected.truncated,
+        })
     }
 
     fn session_uid(&self, user: &mut SandboxUser) -> u32 {
@@ -374,6 +591,168 @@ async fn collect(
     c
 }
 
+/// What one notebook call produced.
+#[derive(Default)]
+struct Turn {
+    out: Vec<u8>,
+    err: Vec<u8>,
+    /// The status from the end marker; `None` if the kernel ended (or was stopped) first.
+    status: Option<i32>,
+    limit: Option<LimitHit>,
+    truncated: bool,
+}
+
+/// One stream of a notebook call: output is passed on as it comes, except for a last few
+/// bytes that could be the start of the end marker.
+struct MarkedStream {
+    pending: Vec<u8>,
+    kept: Vec<u8>,
+    done: bool,
+    /// What followed the marker up to its newline (the status, on stdout).
+    tail: Vec<u8>,
+}
+
+impl MarkedStream {
+    fn new() -> Self {
+        Self {
+            pending: Vec::new(),
+            kept: Vec::new(),
+            done: false,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Takes `data`; returns the bytes now known to be output, or `Err(())` when the output
+    /// cap was passed (the bytes up to the cap are kept and passed on).
+    fn push(
+        &mut self,
+        stream: StreamKind,
+        data: &[u8],
+        marker: &[u8],
+        cap: usize,
+    ) -> Result<(), ()> {
+        self.pending.extend_from_slice(data);
+        let (ready, rest_from) = match find(&self.pending, marker) {
+            Some(i) => {
+                let after = &self.pending[i + marker.len()..];
+                match after.iter().position(|b| *b == b'\n') {
+                    Some(nl) => {
+                        self.tail = after[..nl].to_vec();
+                        self.done = true;
+                        (i, None)
+                    }
+                    // The marker's line is not complete yet: wait for more.
+                    None => (i, Some(i)),
+                }
+            }
+            None => {
+                let keep_back = partial_suffix(&self.pending, marker);
+                let ready = self.pending.len() - keep_back;
+                (ready, Some(ready))
+            }
+        };
+        let room = cap.saturating_sub(self.kept.len());
+        let take = ready.min(room);
+        self.kept.extend_from_slice(&self.pending[..take]);
+        emit(stream, &self.pending[..take]);
+        let over = ready > room;
+        match rest_from {
+            Some(from) => {
+                self.pending.drain(..from);
+            }
+            None => self.pending.clear(),
+        }
+        if over { Err(()) } else { Ok(()) }
+    }
+}
+
+/// Length of the longest end of `data` that is a start of `marker` (shorter than it).
+fn partial_suffix(data: &[u8], marker: &[u8]) -> usize {
+    let longest = marker.len().saturating_sub(1).min(data.len());
+    (1..=longest)
+        .rev()
+        .find(|k| data.ends_with(&marker[..*k]))
+        .unwrap_or(0)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads a notebook call's output up to both end markers, the deadline, the output cap, the
+/// disk cap, or the kernel's end (EOF).
+async fn collect_turn(
+    stdout: &mut tokio::process::ChildStdout,
+    stderr: &mut tokio::process::ChildStderr,
+    marker: &[u8],
+    deadline: tokio::time::Instant,
+    cap: usize,
+    scratch: &Path,
+    max_disk: u64,
+) -> Turn {
+    let mut watchdog = tokio::time::interval(Duration::from_millis(200));
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut t = Turn::default();
+    let (mut o, mut e) = (MarkedStream::new(), MarkedStream::new());
+    let (mut out_eof, mut err_eof) = (false, false);
+    let mut b1 = vec![0u8; 16 << 10];
+    let mut b2 = vec![0u8; 16 << 10];
+    while !((o.done || out_eof) && (e.done || err_eof)) {
+        let pushed = tokio::select! {
+            r = stdout.read(&mut b1), if !o.done && !out_eof => match r {
+                Ok(0) | Err(_) => { out_eof = true; continue; }
+                Ok(n) => o.push(StreamKind::Stdout, &b1[..n], marker, cap),
+            },
+            r = stderr.read(&mut b2), if !e.done && !err_eof => match r {
+                Ok(0) | Err(_) => { err_eof = true; continue; }
+                Ok(n) => e.push(StreamKind::Stderr, &b2[..n], marker, cap),
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                t.limit = Some(LimitHit::Time);
+                break;
+            }
+            _ = watchdog.tick() => {
+                let root = scratch.to_path_buf();
+                let (bytes, entries) = tokio::task::spawn_blocking(move || {
+                    super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
+                })
+                .await
+                .unwrap_or((0, 0));
+                if bytes > max_disk || entries > super::MAX_DISK_ENTRIES {
+                    t.limit = Some(LimitHit::Disk);
+                    break;
+                }
+                continue;
+            }
+        };
+        if pushed.is_err() {
+            t.limit = Some(LimitHit::Output);
+            t.truncated = true;
+            break;
+        }
+    }
+    if t.limit.is_none() && o.done && e.done {
+        t.status = std::str::from_utf8(&o.tail)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+    }
+    // A kernel that ended or was stopped mid-call may have left output short of a marker.
+    if t.status.is_none() && !t.truncated {
+        for (s, kind) in [(&mut o, StreamKind::Stdout), (&mut e, StreamKind::Stderr)] {
+            let room = cap.saturating_sub(s.kept.len());
+            let take = s.pending.len().min(room);
+            s.kept.extend_from_slice(&s.pending[..take]);
+            emit(kind, &s.pending[..take]);
+        }
+    }
+    t.out = o.kept;
+    t.err = e.kept;
+    t
+}
+
 /// Names the limit a failed run most likely hit, from its exit and the end of its stderr.
 fn classify(exit_code: Option<i32>, signal: Option<i32>, stderr: &[u8]) -> Option<LimitHit> {
     const SIGXCPU: i32 = 24;
@@ -443,9 +822,19 @@ impl Runner for SubprocessRunner {
             .to_path_buf();
         std::os::unix::fs::chown(&scratch, Some(uid), Some(uid))
             .map_err(|e| start_err(format!("cannot hand the scratch directory over: {e}")))?;
+        let prot = self.protections();
+        if self.policy.notebook
+            && !session.is_ephemeral()
+            && let (Some(kernel), Some(filter)) = (&self.kernel_program, &self.seccomp)
+            && prot.contains(&Protection::Seccomp)
+        {
+            let slot = state.get_or_default::<KernelSlot>();
+            return self
+                .run_in_kernel(slot, &scratch, uid, &prot, kernel, filter.path(), code)
+                .await;
+        }
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let prot = self.protections();
         let use_seccomp = prot.contains(&Protection::Seccomp);
         // With seccomp, stdin is the filter and the program is a read-only file.
         let program = match (&self.code_dir, use_seccomp) {
@@ -467,7 +856,7 @@ impl Runner for SubprocessRunner {
             }
             _ => None,
         };
-        let mut cmd = self.command(&scratch, uid, &prot, program.as_deref());
+        let mut cmd = self.command(&scratch, uid, &prot, program.as_deref(), None);
         let stdin = if use_seccomp {
             let f = self
                 .seccomp
@@ -646,7 +1035,28 @@ fn seccomp_file() -> Result<tempfile::NamedTempFile, String> {
         .map_err(|e| e.to_string())?;
     f.write_all(&bytes).map_err(|e| e.to_string())?;
     f.flush().map_err(|e| e.to_string())?;
+    // Not secret; a notebook kernel's shell opens it as the sandbox uid.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| e.to_string())?;
     Ok(f)
+}
+
+/// Writes the notebook kernel's driver ([`KERNEL_PY`]) into the programs directory.
+fn kernel_file(dir: &Path) -> Result<tempfile::TempPath, String> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = tempfile::Builder::new()
+        .prefix("kernel-")
+        .suffix(".py")
+        .tempfile_in(dir)
+        .map_err(|e| e.to_string())?;
+    f.write_all(KERNEL_PY.as_bytes())
+        .and_then(|()| f.flush())
+        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| e.to_string())?;
+    Ok(f.into_temp_path())
 }
 
 fn code_dir() -> Result<tempfile::TempDir, String> {
@@ -658,4 +1068,43 @@ fn code_dir() -> Result<tempfile::TempDir, String> {
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711))
         .map_err(|e| e.to_string())?;
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_markers_are_found_across_reads_and_output_is_not_held_back() {
+        let marker = b"\0SIBYL-END abc";
+        let mut s = MarkedStream::new();
+        assert!(s.push(StreamKind::Stdout, b"busy\n", marker, 1000).is_ok());
+        assert_eq!(s.kept, b"busy\n", "plain output is passed on at once");
+        assert!(
+            s.push(StreamKind::Stdout, b"partial\0SIBYL", marker, 1000)
+                .is_ok()
+        );
+        assert_eq!(s.kept, b"busy\npartial");
+        assert!(!s.done);
+        assert!(
+            s.push(StreamKind::Stdout, b"-END abc 3", marker, 1000)
+                .is_ok()
+        );
+        assert!(!s.done, "the marker line is not complete");
+        assert!(s.push(StreamKind::Stdout, b"\n", marker, 1000).is_ok());
+        assert!(s.done);
+        assert_eq!(s.tail, b" 3");
+        assert_eq!(s.kept, b"busy\npartial");
+        // A NUL that is not a marker is output.
+        let mut s = MarkedStream::new();
+        assert!(s.push(StreamKind::Stdout, b"a\0b", marker, 1000).is_ok());
+        assert_eq!(s.kept, b"a\0b");
+        // The cap.
+        let mut s = MarkedStream::new();
+        assert!(
+            s.push(StreamKind::Stdout, b"0123456789", marker, 4)
+                .is_err()
+        );
+        assert_eq!(s.kept, b"0123");
+    }
 }

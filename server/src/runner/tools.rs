@@ -107,38 +107,51 @@ impl Runners {
     /// # Errors
     /// [`DuplicateTool`] when a name is taken.
     pub fn register(self: &Arc<Self>, registry: &mut ToolRegistry) -> Result<(), DuplicateTool> {
-        // The descriptions say what persists, which depends on the WASM build.
-        let (terminal_text, python_text) = match self.policy.wasm.build {
-            WasmBuild::WasiPython => (
-                "Runs Python code in a sandbox and returns what it printed (stdout, then \
-                 stderr), its exit status and run time. Within a session, files in the working \
-                 directory persist between calls, and on the WASM runner so do variables and \
-                 imports (numpy, pandas, scipy, scikit-learn and matplotlib are available \
-                 there). No network. Print what you want to see.",
-                "Runs Python code like computer_terminal, on the runner you name: `wasm` \
-                 (CPython in WebAssembly, notebook-style state per session) or `subprocess` \
-                 (the host's python3 in a namespace sandbox, fresh interpreter per call). \
-                 Without `runner`, the server's default.",
-            ),
-            WasmBuild::Python312 => (
-                "Runs Python code in a sandbox and returns what it printed (stdout, then \
-                 stderr), its exit status and run time. Every call starts a fresh interpreter: \
-                 variables and imports do not persist, but within a session files in the \
-                 working directory do (save what you need to a file). Standard library only. \
-                 No network. Print what you want to see.",
-                "Runs Python code like computer_terminal, on the runner you name: `wasm` \
-                 (CPython 3.12 in WebAssembly, standard library only) or `subprocess` (the \
-                 host's python3 in a namespace sandbox); both start a fresh interpreter per \
-                 call. Without `runner`, the server's default.",
-            ),
+        // The descriptions say what persists, which depends on the WASM build, on
+        // notebook sessions of the subprocess runner, and on which runner is the default.
+        let wasm_keeps = self.policy.wasm.build == WasmBuild::WasiPython;
+        let subprocess_keeps = self.policy.subprocess.notebook;
+        let default_keeps = match self.default_kind() {
+            RunnerKind::Wasm => wasm_keeps,
+            RunnerKind::Subprocess => subprocess_keeps,
         };
+        let state = if default_keeps {
+            ", and so do variables and imports, like a notebook"
+        } else {
+            "; variables and imports do not persist (save what you need to a file)"
+        };
+        let packages = if wasm_keeps {
+            " numpy, pandas, scipy, scikit-learn and matplotlib are available on the WASM runner."
+        } else {
+            ""
+        };
+        let terminal_text = format!(
+            "Runs Python code in a sandbox and returns what it printed (stdout, then stderr), \
+             its exit status and run time. Within a session, files in the working directory \
+             persist between calls{state}.{packages} No network. Print what you want to see."
+        );
+        let wasm_text = if wasm_keeps {
+            "CPython in WebAssembly, notebook-style state per session"
+        } else {
+            "CPython 3.12 in WebAssembly, standard library only, a fresh interpreter per call"
+        };
+        let subprocess_text = if subprocess_keeps {
+            "the host's python3 in a namespace sandbox, notebook-style state per session"
+        } else {
+            "the host's python3 in a namespace sandbox, a fresh interpreter per call"
+        };
+        let python_text = format!(
+            "Runs Python code like computer_terminal, on the runner you name: `wasm` \
+             ({wasm_text}) or `subprocess` ({subprocess_text}). Without `runner`, the \
+             server's default."
+        );
         registry.register(Arc::new(ComputerTerminal {
             runners: self.clone(),
-            descriptor: descriptor::<TerminalArgs>("computer_terminal", terminal_text),
+            descriptor: descriptor::<TerminalArgs>("computer_terminal", &terminal_text),
         }))?;
         registry.register(Arc::new(PythonTool {
             runners: self.clone(),
-            descriptor: descriptor::<PythonArgs>("python", python_text),
+            descriptor: descriptor::<PythonArgs>("python", &python_text),
         }))
     }
 }
