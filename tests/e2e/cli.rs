@@ -89,6 +89,54 @@ async fn sibyl_agent_scripting_forms() {
     assert!(err.contains("cannot connect"), "{err}");
 }
 
+/// Both Python runners through `sibyl-agent call` against the server binary: a session keeps
+/// variables on each runner (WASM turns, subprocess notebook), a file written on one runner
+/// is read on the other, and a failing program exits 1 with its traceback on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sibyl_agent_calls_both_python_runners() {
+    let server = Server::start(&test_policy(""));
+    let url = server.url();
+    let (code, out, err) = agent(&["session", "open", "--server", &url]);
+    assert_eq!(code, 0, "{err}");
+    let session = out.lines().last().expect("session id").to_string();
+    let call = |tool: &str, args: serde_json::Value| {
+        agent(&[
+            "call",
+            tool,
+            &args.to_string(),
+            "--session",
+            &session,
+            "--server",
+            &url,
+        ])
+    };
+    for runner in ["subprocess", "wasm"] {
+        let (code, out, err) = call(
+            "python",
+            serde_json::json!({"code": format!("x = 6 * 7\nopen('{runner}.txt', 'w').write('{runner} was here')"), "runner": runner}),
+        );
+        assert_eq!(code, 0, "{runner}: {out}{err}");
+        let (code, out, err) = call(
+            "python",
+            serde_json::json!({"code": "print('x is', x)", "runner": runner}),
+        );
+        assert_eq!(code, 0, "{runner}: {err}");
+        assert!(out.contains("x is 42"), "{runner}: {out}");
+    }
+    let (code, out, err) = call(
+        "python",
+        serde_json::json!({"code": "print(open('subprocess.txt').read())", "runner": "wasm"}),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("subprocess was here"), "{out}");
+    let (code, out, err) = call(
+        "computer_terminal",
+        serde_json::json!({"code": "print(open('wasm.txt').read()); 1/0"}),
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("ZeroDivisionError"), "{err}");
+}
+
 #[test]
 fn sibyl_server_refuses_an_invalid_policy_naming_the_key() {
     let dir = tempfile::tempdir().expect("tmp");
