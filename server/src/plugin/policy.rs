@@ -13,7 +13,7 @@
 //! [plugins.grants.json_api]
 //! sha256 = "9f2c…"                  # the file's content hash (sha256sum)
 //! allow_hosts = ["api.example.org"]
-//! stateful = false                  # true: one instance per session instead of per call
+//! stateful = false                  # true: allows one instance per session (if json_api.toml declares it)
 //! config = { base_url = "https://api.example.org/v1" }
 //! ```
 
@@ -153,8 +153,10 @@ pub struct PluginGrant {
     pub allow_hosts: HostRules,
     /// The session's scratch directory is visible, read-write, as `/scratch`.
     pub scratch: bool,
-    /// Per-session stateful: one instance is kept per session (state persists across the
-    /// session's calls, never across sessions); otherwise every call gets a fresh instance.
+    /// Allows per-session state: when the plugin's manifest also declares `stateful = true`,
+    /// one instance is kept per session (state persists across the session's calls, never
+    /// across sessions). A plugin declaring it without this consent is not loaded; without
+    /// the declaration every call gets a fresh instance.
     pub stateful: bool,
     /// Other directories.
     pub paths: Vec<PathGrant>,
