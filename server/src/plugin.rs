@@ -26,4 +26,6 @@ mod loader;
 pub mod manifest;
 pub mod policy;
 
+#[doc(hidden)]
+pub use host::call_phase_breakdown;
 pub use loader::{MAX_PLUGIN_BYTES, PluginHost, sha256_hex};

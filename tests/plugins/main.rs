@@ -1248,3 +1248,56 @@ async fn invalid_manifests_are_diagnostics_and_requests_are_compared_with_grants
     );
     assert!(l.tools.iter().any(|t| t.name == "visit_page"));
 }
+
+/// Benchmark (release, like `bench_plugin_call_overhead`): where one fresh-instance call of
+/// `testkit_echo` spends its time (store + WASI context, instantiate, call, drop), with fuel
+/// metering on and off and with the on-demand and the pooling instance allocator; in-process,
+/// one thread, no gRPC.
+#[test]
+#[ignore = "benchmark; run explicitly in release"]
+fn bench_plugin_call_breakdown() {
+    let wasm = std::fs::read(built("sibyl_plugin_testkit")).expect("read wasm");
+    let lines =
+        sibyl_server::plugin::call_phase_breakdown(&wasm, "testkit_echo", r#"{"text":"x"}"#, 3000)
+            .expect("breakdown");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_instance_pool_refuses_calls_clearly() {
+    // One slot, held by session a's kept instance: session b is refused until a closes.
+    let s = start(
+        "require_pinned = false\npool_slots = 1\n[plugins.grants.testkit]\nstateful = true\n",
+        |d| {
+            install_into(d, "sibyl_plugin_testkit", "testkit");
+            write_manifest(
+                d,
+                "testkit",
+                &manifest_for("sibyl_plugin_testkit", "stateful = true\n"),
+            );
+        },
+    )
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    assert!(l.diagnostics.is_empty(), "{:?}", l.diagnostics);
+    let (a, b) = (open_session(&mut c).await, open_session(&mut c).await);
+    assert_eq!(count(&mut c, &a).await, "1");
+    let e = call_in(&mut c, &b, "testkit_count", serde_json::json!({}))
+        .await
+        .expect_err("no free slot");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("every plugin instance slot is in use")
+            && e.message().contains("plugins.pool_slots"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(count(&mut c, &a).await, "2");
+    c.close_session(pb::CloseSessionRequest { session_id: a })
+        .await
+        .expect("close");
+    assert_eq!(count(&mut c, &b).await, "1");
+}

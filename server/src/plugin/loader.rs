@@ -171,6 +171,9 @@ fn run_error(name: &str, tool: &str, e: RunError) -> ToolError {
         RunError::OutOfFuel(f) => format!(
             "plugin `{name}` tool `{tool}` was stopped: it used up its fuel of {f} (plugins.grants.{name}.fuel)"
         ),
+        RunError::PoolFull(m) => format!(
+            "plugin `{name}` tool `{tool}` cannot start: every plugin instance slot is in use ({m}; plugins.pool_slots)"
+        ),
         RunError::OutOfMemory(b) => format!(
             "plugin `{name}` tool `{tool}` was stopped: it needed more than its memory limit of {} MiB (plugins.grants.{name}.memory_mib)",
             b >> 20
@@ -242,7 +245,30 @@ impl PluginHost {
         browser: BrowserPolicy,
         registry: ToolRegistry,
     ) -> Result<Self, String> {
-        let engine = host::engine().map_err(|e| format!("cannot start wasmtime: {e:#}"))?;
+        let limits =
+            || std::iter::once(&policy.defaults).chain(policy.grants.values().map(|g| &g.limits));
+        // Fuel metering slows every call, so it is compiled in only when some plugin has a
+        // fuel limit (the policy is fixed for the server's life).
+        let mut opts = host::EngineOptions {
+            fuel: limits().any(|l| l.fuel.is_some()),
+            pool_slots: policy.pool_slots,
+            max_memory_bytes: limits().map(|l| l.memory_bytes).max().unwrap_or(64 << 20),
+        };
+        let engine = match host::engine(&opts) {
+            Ok(e) => e,
+            // The pool reserves address space up front (several GiB of address space per slot, none of it
+            // committed); where that is refused (a `ulimit -v`), map per call instead.
+            Err(e) if opts.pool_slots.is_some() => {
+                tracing::warn!(
+                    error = %format!("{e:#}"),
+                    "cannot reserve the plugin instance pool (plugins.pool_slots); instances are mapped per call"
+                );
+                opts.pool_slots = None;
+                host::engine(&opts).map_err(|e| format!("cannot start wasmtime: {e:#}"))?
+            }
+            Err(e) => return Err(format!("cannot start wasmtime: {e:#}")),
+        };
+        tracing::info!(fuel = opts.fuel, pool_slots = ?opts.pool_slots, "plugin engine");
         let linker = host::linker(&engine).map_err(|e| format!("cannot link WASI: {e:#}"))?;
         Ok(Self {
             engine,
