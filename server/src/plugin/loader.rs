@@ -256,7 +256,7 @@ impl PluginHost {
         };
         let engine = match host::engine(&opts) {
             Ok(e) => e,
-            // The pool reserves address space up front (several GiB of address space per slot, none of it
+            // The pool reserves address space up front (about 8 GiB per slot, none of it
             // committed); where that is refused (a `ulimit -v`), map per call instead.
             Err(e) if opts.pool_slots.is_some() => {
                 tracing::warn!(
