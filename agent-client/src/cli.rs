@@ -1,7 +1,9 @@
 //! The `sibyl-agent` command line. Scripts depend on these exact forms:
 //!
 //! - `sibyl-agent tools [--server URL]`: one line per tool, `NAME<TAB>ORIGIN<TAB>DESCRIPTION`,
-//!   origin `builtin` or `plugin`, description on one line.
+//!   origin `builtin` or `plugin`, description on one line. The server's plugin diagnostics
+//!   (skipped or under-granted plugins) go to stderr, one `warning: SOURCE: MESSAGE` line
+//!   each; stdout stays the tool lines only, and the exit status stays 0.
 //! - `sibyl-agent session open [--server URL]`: the new session id alone on the last line.
 //! - `sibyl-agent session close ID [--server URL]`.
 //! - `sibyl-agent call TOOL 'JSON' [--session ID] [--server URL]`: the tool's text on stdout;
@@ -179,7 +181,12 @@ async fn run_inner(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         }
         Command::Tools { server } => {
             let mut c = SibylClient::connect(&server).await?;
-            for t in c.list_tools().await? {
+            let (tools, diagnostics) = c.list_tools_with_diagnostics().await?;
+            for d in &diagnostics {
+                let message = d.message.split_whitespace().collect::<Vec<_>>().join(" ");
+                writeln!(err, "warning: {}: {message}", d.source)?;
+            }
+            for t in tools {
                 let description = t
                     .description
                     .split_whitespace()

@@ -64,6 +64,22 @@ impl SibylClient {
             .tools)
     }
 
+    /// ListTools with its diagnostics: every tool, sorted by name, and the server's reports
+    /// about plugins it skipped or loaded with less than they request.
+    ///
+    /// # Errors
+    /// [`ClientError::Status`].
+    pub async fn list_tools_with_diagnostics(
+        &mut self,
+    ) -> Result<(Vec<pb::Tool>, Vec<pb::PluginDiagnostic>), ClientError> {
+        let r = self
+            .inner
+            .list_tools(pb::ListToolsRequest {})
+            .await?
+            .into_inner();
+        Ok((r.tools, r.diagnostics))
+    }
+
     /// OpenSession: a new session id.
     ///
     /// # Errors

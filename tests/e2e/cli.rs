@@ -177,3 +177,38 @@ fn sibyl_server_refuses_an_invalid_policy_naming_the_key() {
         );
     }
 }
+
+/// `sibyl-agent tools` prints the server's plugin diagnostics on stderr, one `warning:` line
+/// each, and leaves stdout exactly as without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sibyl_agent_tools_prints_plugin_diagnostics_on_stderr() {
+    let plain = Server::start(&test_policy(""));
+    let (code, expected, err) = agent(&["tools", "--server", &plain.url()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "no diagnostics, no stderr: {err}");
+    drop(plain);
+
+    let dir = tempfile::tempdir().expect("plugins dir");
+    std::fs::write(dir.path().join("broken.wasm"), b"\0asm\x01\0\0\0garbage").expect("write");
+    std::fs::write(dir.path().join("Bad Name.wasm"), b"x").expect("write");
+    let server = Server::start(&test_policy(&format!(
+        "\n[plugins]\ndir = \"{}\"\nrequire_pinned = false\n",
+        dir.path().display()
+    )));
+    let (code, out, err) = agent(&["tools", "--server", &server.url()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out, expected,
+        "stdout is the same contract with diagnostics"
+    );
+    let warnings: Vec<_> = err.lines().collect();
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].starts_with("warning: Bad Name.wasm: plugin file names are"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].starts_with("warning: broken.wasm: not a valid WebAssembly component"),
+        "{err}"
+    );
+}

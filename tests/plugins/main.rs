@@ -99,6 +99,21 @@ fn install_into(dir: &Path, crate_name: &str, name: &str) {
     std::fs::rename(&tmp, dir.join(format!("{name}.wasm"))).expect("rename wasm");
 }
 
+/// Writes the manifest `<name>.toml` (atomically, like [`install_into`]).
+fn write_manifest(dir: &Path, name: &str, text: &str) {
+    let tmp = dir.join(format!(".{name}.toml.tmp"));
+    std::fs::write(&tmp, text).expect("write manifest");
+    std::fs::rename(&tmp, dir.join(format!("{name}.toml"))).expect("rename manifest");
+}
+
+/// A manifest pinning the built `crate_name`, with `extra` lines after the hash.
+fn manifest_for(crate_name: &str, extra: &str) -> String {
+    format!(
+        "sha256 = \"{}\"\nversion = \"0.1.0\"\n{extra}",
+        sha256_of(&built(crate_name))
+    )
+}
+
 /// Starts a server whose `[plugins]` section is `plugins_toml` (with `dir` filled in) after
 /// `setup` has populated the plugins directory.
 async fn start(plugins_toml: &str, setup: impl FnOnce(&Path)) -> Server {
@@ -919,7 +934,14 @@ async fn count(c: &mut ToolServiceClient<Channel>, session: &str) -> String {
 async fn stateful_plugins_keep_one_instance_per_session() {
     let s = start(
         "require_pinned = false\n[plugins.grants.testkit]\nstateful = true\ntimeout_ms = 300\nmemory_mib = 32\n",
-        |d| install_into(d, "sibyl_plugin_testkit", "testkit"),
+        |d| {
+            install_into(d, "sibyl_plugin_testkit", "testkit");
+            write_manifest(
+                d,
+                "testkit",
+                &manifest_for("sibyl_plugin_testkit", "stateful = true\n"),
+            );
+        },
     )
     .await;
     let mut c = s.client().await;
@@ -986,4 +1008,296 @@ async fn stateless_plugins_never_keep_state() {
     for _ in 0..3 {
         assert_eq!(count(&mut c, &a).await, "1");
     }
+}
+
+/// The diagnostic messages about `source`.
+fn diags_of(l: &pb::ListToolsResponse, source: &str) -> Vec<String> {
+    l.diagnostics
+        .iter()
+        .filter(|d| d.source == source)
+        .map(|d| d.message.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_hash_mismatch_is_skipped_while_others_serve() {
+    let calc_hash = sha256_of(&built("sibyl_plugin_calc"));
+    let testkit_hash = sha256_of(&built("sibyl_plugin_testkit"));
+    let s = start(UNPINNED, |d| {
+        install_into(d, "sibyl_plugin_testkit", "testkit");
+        write_manifest(d, "testkit", &manifest_for("sibyl_plugin_testkit", ""));
+        install_into(d, "sibyl_plugin_calc", "calc");
+        // calc.toml pins another build (testkit's hash).
+        write_manifest(d, "calc", &manifest_for("sibyl_plugin_testkit", ""));
+    })
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    let calc = diags_of(&l, "calc.wasm");
+    assert_eq!(calc.len(), 1, "{:?}", l.diagnostics);
+    assert!(
+        calc[0].starts_with(&format!(
+            "hash mismatch: calc.toml pins sha256 {testkit_hash} but the file's sha256 is {calc_hash}"
+        )),
+        "expected and actual hash named: {}",
+        calc[0]
+    );
+    assert!(
+        diags_of(&l, "testkit.wasm").is_empty(),
+        "{:?}",
+        l.diagnostics
+    );
+    assert!(!l.tools.iter().any(|t| t.name == "calc"));
+    let e = call(&mut c, "calc", serde_json::json!({"expression": "1+1"}))
+        .await
+        .expect_err("mismatched plugin absent");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    let r = call(&mut c, "testkit_echo", serde_json::json!({"text": "still"}))
+        .await
+        .expect("the other plugin serves");
+    assert_eq!(r.text, "still");
+
+    // Hot reload picks up a corrected manifest.
+    write_manifest(s.dir.path(), "calc", &manifest_for("sibyl_plugin_calc", ""));
+    let l = wait_list(&mut c, "calc after the manifest is fixed", |l| {
+        l.tools.iter().any(|t| t.name == "calc")
+    })
+    .await;
+    assert!(l.diagnostics.is_empty(), "{:?}", l.diagnostics);
+    let r = call(&mut c, "calc", serde_json::json!({"expression": "6 * 7"}))
+        .await
+        .expect("calc");
+    assert_eq!(r.text, "42");
+
+    // A copy still in progress (written in place, not renamed) is refused by the manifest's
+    // hash, not compiled, and loads once the file is complete.
+    let real = std::fs::read(built("sibyl_plugin_calc")).expect("read");
+    std::fs::write(s.dir.path().join("calc.wasm"), &real[..real.len() / 3]).expect("write");
+    let l = wait_list(&mut c, "half-copied calc refused", |l| {
+        !diags_of(l, "calc.wasm").is_empty()
+    })
+    .await;
+    let calc = diags_of(&l, "calc.wasm");
+    assert!(
+        calc[0].starts_with(&format!("hash mismatch: calc.toml pins sha256 {calc_hash}")),
+        "{}",
+        calc[0]
+    );
+    assert!(!l.tools.iter().any(|t| t.name == "calc"));
+    std::fs::write(s.dir.path().join("calc.wasm"), &real).expect("write");
+    wait_list(&mut c, "complete calc", |l| {
+        l.tools.iter().any(|t| t.name == "calc") && l.diagnostics.is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_declaring_stateful_gives_per_session_state() {
+    let s = start(
+        "require_pinned = false\n[plugins.grants.testkit]\nstateful = true\n",
+        |d| {
+            install_into(d, "sibyl_plugin_testkit", "testkit");
+            write_manifest(
+                d,
+                "testkit",
+                &manifest_for("sibyl_plugin_testkit", "stateful = true\n"),
+            );
+        },
+    )
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    assert!(l.diagnostics.is_empty(), "{:?}", l.diagnostics);
+    let (a, b) = (open_session(&mut c).await, open_session(&mut c).await);
+    assert_eq!(count(&mut c, &a).await, "1");
+    assert_eq!(count(&mut c, &a).await, "2");
+    assert_eq!(count(&mut c, &b).await, "1");
+    assert_eq!(count(&mut c, &a).await, "3");
+
+    // The manifest stops declaring it: after the reload every call is fresh, and the
+    // policy's now unused consent is reported.
+    write_manifest(
+        s.dir.path(),
+        "testkit",
+        &manifest_for("sibyl_plugin_testkit", "stateful = false\n"),
+    );
+    let l = wait_list(&mut c, "stateless reload", |l| {
+        !diags_of(l, "testkit.wasm").is_empty()
+    })
+    .await;
+    assert!(
+        diags_of(&l, "testkit.wasm")[0].contains(
+            "does not declare stateful = true in testkit.toml; every call gets a fresh instance"
+        ),
+        "{:?}",
+        l.diagnostics
+    );
+    for _ in 0..2 {
+        assert_eq!(count(&mut c, &a).await, "1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateful_declaration_needs_the_policy() {
+    // Declared, but the policy does not allow it: not loaded (running it without its state
+    // would give wrong answers silently), with a diagnostic naming the key.
+    let s = start(UNPINNED, |d| {
+        install_into(d, "sibyl_plugin_testkit", "testkit");
+        write_manifest(
+            d,
+            "testkit",
+            &manifest_for("sibyl_plugin_testkit", "stateful = true\n"),
+        );
+        install_into(d, "sibyl_plugin_calc", "calc");
+    })
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    let t = diags_of(&l, "testkit.wasm");
+    assert_eq!(t.len(), 1, "{:?}", l.diagnostics);
+    assert!(
+        t[0].contains("declares stateful = true but the policy does not allow it (plugins.grants.testkit.stateful = true"),
+        "{}",
+        t[0]
+    );
+    assert!(!l.tools.iter().any(|t| t.name.starts_with("testkit_")));
+    let r = call(&mut c, "calc", serde_json::json!({"expression": "2^10"}))
+        .await
+        .expect("calc serves");
+    assert_eq!(r.text, "1024");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_manifests_are_diagnostics_and_requests_are_compared_with_grants() {
+    let s = start(
+        "require_pinned = false\n[plugins.grants.json_api]\nallow_hosts = [\"api.example.org\"]\n",
+        |d| {
+            install_into(d, "sibyl_plugin_testkit", "testkit");
+            write_manifest(d, "testkit", &manifest_for("sibyl_plugin_testkit", ""));
+            install_into(d, "sibyl_plugin_calc", "calc");
+            write_manifest(
+                d,
+                "calc",
+                &manifest_for("sibyl_plugin_calc", "statefull = true\n"),
+            );
+            install_into(d, "sibyl_plugin_table_query", "table_query");
+            write_manifest(d, "table_query", "sha256 = \"not-a-hash\"\n");
+            install_into(d, "sibyl_plugin_json_api", "json_api");
+            write_manifest(
+                d,
+                "json_api",
+                &manifest_for(
+                    "sibyl_plugin_json_api",
+                    "[requests]\nallow_hosts = [\"api.example.org\", \"data.example.org\"]\nconfig = [\"base_url\"]\n",
+                ),
+            );
+        },
+    )
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    let calc = diags_of(&l, "calc.wasm");
+    assert_eq!(calc.len(), 1, "{:?}", l.diagnostics);
+    assert!(
+        calc[0].starts_with("invalid manifest calc.toml:")
+            && calc[0].contains("unknown field `statefull`"),
+        "{}",
+        calc[0]
+    );
+    let tq = diags_of(&l, "table_query.wasm");
+    assert_eq!(tq.len(), 1, "{:?}", l.diagnostics);
+    assert!(
+        tq[0].contains("invalid manifest table_query.toml: `sha256` must be 64 hexadecimal digits"),
+        "{}",
+        tq[0]
+    );
+    assert!(
+        !l.tools
+            .iter()
+            .any(|t| t.name == "calc" || t.name == "table_query")
+    );
+    // json_api loads, with what the policy does not grant named.
+    assert!(l.tools.iter().any(|t| t.name == "api_get"));
+    let api = diags_of(&l, "json_api.wasm");
+    assert_eq!(api.len(), 2, "{:?}", l.diagnostics);
+    assert!(
+        api[0].contains("requests allow_hosts `data.example.org` not granted by plugins.grants.json_api.allow_hosts"),
+        "{}",
+        api[0]
+    );
+    assert!(
+        api[1].contains("requests config `base_url` not set in plugins.grants.json_api.config"),
+        "{}",
+        api[1]
+    );
+    let r = call(&mut c, "testkit_echo", serde_json::json!({"text": "up"}))
+        .await
+        .expect("the server keeps serving");
+    assert_eq!(r.text, "up");
+    // A manifest that is not even TOML, dropped in later, is one more diagnostic.
+    write_manifest(s.dir.path(), "testkit", "sha256 = [\n");
+    let l = wait_list(&mut c, "broken testkit.toml", |l| {
+        !diags_of(l, "testkit.wasm").is_empty()
+    })
+    .await;
+    assert!(
+        diags_of(&l, "testkit.wasm")[0]
+            .starts_with("invalid manifest testkit.toml: TOML parse error"),
+        "{:?}",
+        l.diagnostics
+    );
+    assert!(l.tools.iter().any(|t| t.name == "visit_page"));
+}
+
+/// Benchmark (release, like `bench_plugin_call_overhead`): where one fresh-instance call of
+/// `testkit_echo` spends its time (store + WASI context, instantiate, call, drop), with fuel
+/// metering on and off and with the on-demand and the pooling instance allocator; in-process,
+/// one thread, no gRPC.
+#[test]
+#[ignore = "benchmark; run explicitly in release"]
+fn bench_plugin_call_breakdown() {
+    let wasm = std::fs::read(built("sibyl_plugin_testkit")).expect("read wasm");
+    let lines =
+        sibyl_server::plugin::call_phase_breakdown(&wasm, "testkit_echo", r#"{"text":"x"}"#, 3000)
+            .expect("breakdown");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_instance_pool_refuses_calls_clearly() {
+    // One slot, held by session a's kept instance: session b is refused until a closes.
+    let s = start(
+        "require_pinned = false\npool_slots = 1\n[plugins.grants.testkit]\nstateful = true\n",
+        |d| {
+            install_into(d, "sibyl_plugin_testkit", "testkit");
+            write_manifest(
+                d,
+                "testkit",
+                &manifest_for("sibyl_plugin_testkit", "stateful = true\n"),
+            );
+        },
+    )
+    .await;
+    let mut c = s.client().await;
+    let l = list(&mut c).await;
+    assert!(l.diagnostics.is_empty(), "{:?}", l.diagnostics);
+    let (a, b) = (open_session(&mut c).await, open_session(&mut c).await);
+    assert_eq!(count(&mut c, &a).await, "1");
+    let e = call_in(&mut c, &b, "testkit_count", serde_json::json!({}))
+        .await
+        .expect_err("no free slot");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("every plugin instance slot is in use")
+            && e.message().contains("plugins.pool_slots"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(count(&mut c, &a).await, "2");
+    c.close_session(pb::CloseSessionRequest { session_id: a })
+        .await
+        .expect("close");
+    assert_eq!(count(&mut c, &b).await, "1");
 }

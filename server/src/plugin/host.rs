@@ -1,4 +1,5 @@
-//! The wasmtime side: one engine (async, epoch interruption, fuel), the `sibyl:tool` world's
+//! The wasmtime side: one engine (async, epoch interruption, fuel metering only when some
+//! plugin has a fuel limit, the pooling instance allocator by default), the `sibyl:tool` world's
 //! bindings, the capability imports checked against a plugin's grant, and one call run in a
 //! fresh store and instance with its limits.
 
@@ -33,16 +34,42 @@ const PIPE_CAP: usize = 64 << 10;
 const LOG_LINES: usize = 100;
 const LOG_LINE_BYTES: usize = 4096;
 
+/// How the plugin engine is built; chosen from the policy at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Instrument compiled code to count fuel. Needed only when some plugin has a fuel
+    /// limit; it costs guest time on every call, so it is off otherwise.
+    pub fuel: bool,
+    /// Use wasmtime's pooling instance allocator with this many instance slots (linear
+    /// memories, fiber stacks) reused from call to call instead of mapped and unmapped per
+    /// call; `None` maps them on demand.
+    pub pool_slots: Option<u32>,
+    /// Largest linear memory any plugin may have, in bytes (a pool slot's size).
+    pub max_memory_bytes: usize,
+}
+
 /// Builds the engine every plugin runs in, and starts its epoch ticker thread (which ends
 /// when the engine is dropped).
 ///
 /// # Errors
-/// The engine configuration is refused (a build problem).
-pub fn engine() -> wasmtime::Result<Engine> {
+/// The engine configuration is refused (a build problem), or the pool cannot be reserved.
+pub fn engine(opts: &EngineOptions) -> wasmtime::Result<Engine> {
     let mut cfg = wasmtime::Config::new();
     cfg.wasm_component_model(true)
         .epoch_interruption(true)
-        .consume_fuel(true);
+        .consume_fuel(opts.fuel);
+    if let Some(slots) = opts.pool_slots {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        // A component built by wasm-component-ld has a few core instances (the program and
+        // its adapter/shim modules), each with at most one memory and one table.
+        pool.total_component_instances(slots)
+            .total_core_instances(slots.saturating_mul(8))
+            .total_memories(slots.saturating_mul(2))
+            .total_tables(slots.saturating_mul(8))
+            .total_stacks(slots)
+            .max_memory_size(opts.max_memory_bytes);
+        cfg.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    }
     let engine = Engine::new(&cfg)?;
     let weak = engine.weak();
     std::thread::Builder::new()
@@ -254,6 +281,8 @@ pub enum RunError {
     Timeout(Duration),
     /// The call used up its fuel.
     OutOfFuel(u64),
+    /// No instance slot was free in the pooling allocator (the message says which pool).
+    PoolFull(String),
     /// The instance tried to grow memory past its limit (and then trapped).
     OutOfMemory(usize),
     /// The guest trapped (panic, unreachable, stack overflow, bad memory access).
@@ -307,14 +336,27 @@ fn store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
-    let fuel = limits.fuel.unwrap_or(u64::MAX);
-    store
-        .set_fuel(fuel)
-        .map_err(|e| RunError::Setup(e.to_string()))?;
+    refuel(&mut store, limits.fuel)?;
     let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1);
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
     store.epoch_deadline_trap();
     Ok(store)
+}
+
+/// Sets the store's fuel to `fuel` (unlimited: `None`) when the engine counts fuel. The engine
+/// counts fuel whenever some plugin has a limit, so a limit is never silently ignored.
+fn refuel(store: &mut Store<HostState>, fuel: Option<u64>) -> Result<(), RunError> {
+    if store.get_fuel().is_err() {
+        return match fuel {
+            None => Ok(()),
+            Some(_) => Err(RunError::Setup(
+                "this plugin has a fuel limit but the engine was built without fuel".into(),
+            )),
+        };
+    }
+    store
+        .set_fuel(fuel.unwrap_or(u64::MAX))
+        .map_err(|e| RunError::Setup(e.to_string()))
 }
 
 fn classify(store: &Store<HostState>, caps: &Capabilities, e: wasmtime::Error) -> RunError {
@@ -323,6 +365,7 @@ fn classify(store: &Store<HostState>, caps: &Capabilities, e: wasmtime::Error) -
         Some(wasmtime::Trap::Interrupt) => RunError::Timeout(limits.timeout),
         Some(wasmtime::Trap::OutOfFuel) => RunError::OutOfFuel(limits.fuel.unwrap_or(u64::MAX)),
         _ if store.data().limiter.hit => RunError::OutOfMemory(limits.memory_bytes),
+        _ if e.is::<wasmtime::PoolConcurrencyLimitError>() => RunError::PoolFull(e.to_string()),
         _ => {
             let out = String::from_utf8_lossy(&store.data().stdout.contents()).into_owned();
             let tail: String = out
@@ -431,9 +474,7 @@ pub async fn call_on(
 ) -> Result<Result<ToolResult, WitToolError>, RunError> {
     let limits = &caps.grant.limits;
     let store = &mut inst.store;
-    store
-        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-        .map_err(|e| RunError::Setup(e.to_string()))?;
+    refuel(store, limits.fuel)?;
     let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1);
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
     store.data_mut().limiter.hit = false;
@@ -452,4 +493,117 @@ pub async fn call_on(
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(classify(&inst.store, caps, e)),
     }
+}
+
+/// Where the time of one fresh-instance call of a plugin goes, for each engine
+/// configuration: store and WASI context, instantiation, the call itself, dropping the
+/// store. Runs `tool` with `args_json` `n` times per configuration on the current thread
+/// (no gRPC) and returns one printable line per configuration. For the benchmark in
+/// `tests/plugins` (`bench_plugin_call_breakdown`); not part of the server.
+///
+/// # Errors
+/// The component does not compile, link, instantiate, or the call fails.
+#[doc(hidden)]
+pub fn call_phase_breakdown(
+    wasm: &[u8],
+    tool: &str,
+    args_json: &str,
+    n: usize,
+) -> Result<Vec<String>, String> {
+    use std::time::Instant;
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let browser = crate::Policy::embedded_default()
+        .map_err(|e| err("policy", &e))?
+        .browser;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err("runtime", &e))?;
+    let n = n.max(1);
+    let mut lines = Vec::new();
+    // The WASI context alone: the part of store setup that is not wasmtime's.
+    let t = Instant::now();
+    for _ in 0..n {
+        let stdout = MemoryOutputPipe::new(PIPE_CAP);
+        let mut b = WasiCtxBuilder::new();
+        b.stdout(stdout.clone()).stderr(stdout);
+        std::hint::black_box(b.build());
+    }
+    lines.push(format!(
+        "WASI context build alone: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    ));
+    let variants = [
+        ("fuel on,  on-demand", true, None),
+        ("fuel off, on-demand", false, None),
+        ("fuel on,  pooling  ", true, Some(64)),
+        ("fuel off, pooling  ", false, Some(64)),
+    ];
+    for (label, fuel, pool_slots) in variants {
+        let opts = EngineOptions {
+            fuel,
+            pool_slots,
+            max_memory_bytes: 64 << 20,
+        };
+        let engine = engine(&opts).map_err(|e| err("engine", &e))?;
+        let linker = linker(&engine).map_err(|e| err("linker", &e))?;
+        let component = compile(&engine, wasm).map_err(|e| err("compile", &e))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(PluginPre::new)
+            .map_err(|e| err("pre-instantiate", &e))?;
+        let grant = PluginGrant {
+            limits: crate::plugin::policy::PluginLimits {
+                fuel: fuel.then_some(1 << 40),
+                ..Default::default()
+            },
+            ..PluginGrant::default()
+        };
+        let caps = Arc::new(Capabilities::new("bench", grant, &browser)?);
+        let mut sums = [0f64; 4];
+        let mut total = Vec::with_capacity(n);
+        rt.block_on(async {
+            for i in 0..n + n / 10 {
+                let t0 = Instant::now();
+                let mut store =
+                    store(&engine, &caps, None, false).map_err(|e| format!("store: {e:?}"))?;
+                let t1 = Instant::now();
+                let plugin = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| err("instantiate", &e))?;
+                let t2 = Instant::now();
+                let r = plugin
+                    .call_call(&mut store, tool, args_json)
+                    .await
+                    .map_err(|e| err("call", &e))?;
+                let t3 = Instant::now();
+                drop(store);
+                let t4 = Instant::now();
+                if let Err(e) = r {
+                    return Err(format!("{tool} failed: {e:?}"));
+                }
+                // The first tenth warms up.
+                if i >= n / 10 {
+                    for (s, d) in sums.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2, t4 - t3]) {
+                        *s += d.as_secs_f64();
+                    }
+                    total.push(t4 - t0);
+                }
+            }
+            Ok::<(), String>(())
+        })?;
+        total.sort();
+        let us = |s: f64| s * 1e6 / n as f64;
+        lines.push(format!(
+            "{label}: store+WASI {:.1} us, instantiate {:.1} us, call {:.1} us, drop {:.1} us; total p50 {:.1} us, p99 {:.1} us",
+            us(sums[0]),
+            us(sums[1]),
+            us(sums[2]),
+            us(sums[3]),
+            total[n / 2].as_secs_f64() * 1e6,
+            total[n * 99 / 100].as_secs_f64() * 1e6,
+        ));
+    }
+    Ok(lines)
 }

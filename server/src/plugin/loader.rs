@@ -13,6 +13,7 @@ use wasmtime::Engine;
 
 use crate::error::ToolError;
 use crate::plugin::host::{self, Capabilities, HostState, PluginPre, RunError, WitToolError};
+use crate::plugin::manifest::{MAX_MANIFEST_BYTES, Manifest};
 use crate::plugin::policy::{PluginsPolicy, valid_name};
 use crate::policy::BrowserPolicy;
 use crate::registry::{
@@ -61,6 +62,16 @@ struct PluginTool {
     compiled: Arc<Compiled>,
     caps: Arc<Capabilities>,
     instances: Arc<Semaphore>,
+    /// One instance per session: the manifest declares it and the grant allows it.
+    stateful: bool,
+}
+
+/// One component loaded: its hash, its tools (with the file name they come from), and
+/// diagnostics about it that did not stop it from loading.
+struct Loaded {
+    hash: String,
+    tools: Vec<(String, Arc<dyn Tool>)>,
+    warnings: Vec<Diagnostic>,
 }
 
 #[async_trait::async_trait]
@@ -92,7 +103,7 @@ impl Tool for PluginTool {
         let args = args.to_string();
         let tool = self.descriptor.name.as_str();
         let pre = &self.compiled.pre;
-        let result = if self.caps.grant.stateful {
+        let result = if self.stateful {
             // One instance per session and plugin, kept in the session's state. It is taken
             // out for the call and put back only after a normal return, so an instance that
             // trapped, hit a limit or was cancelled is discarded.
@@ -160,6 +171,9 @@ fn run_error(name: &str, tool: &str, e: RunError) -> ToolError {
         RunError::OutOfFuel(f) => format!(
             "plugin `{name}` tool `{tool}` was stopped: it used up its fuel of {f} (plugins.grants.{name}.fuel)"
         ),
+        RunError::PoolFull(m) => format!(
+            "plugin `{name}` tool `{tool}` cannot start: every plugin instance slot is in use ({m}; plugins.pool_slots)"
+        ),
         RunError::OutOfMemory(b) => format!(
             "plugin `{name}` tool `{tool}` was stopped: it needed more than its memory limit of {} MiB (plugins.grants.{name}.memory_mib)",
             b >> 20
@@ -183,6 +197,38 @@ fn diag(file: &Path, message: impl Into<String>) -> Diagnostic {
     Diagnostic { source, message }
 }
 
+/// A problem with a plugin that still loaded (it is logged once it has).
+fn warning(file: &Path, message: String) -> Diagnostic {
+    let source = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.display().to_string());
+    Diagnostic { source, message }
+}
+
+/// Reads and checks the manifest at `manifest` of the component at `component`; any problem
+/// is a diagnostic about the component.
+async fn read_manifest(component: &Path, manifest: &Path) -> Result<Manifest, Diagnostic> {
+    let file = manifest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let len = tokio::fs::metadata(manifest)
+        .await
+        .map_err(|e| diag(component, format!("cannot read {file}: {e}")))?
+        .len();
+    if len > MAX_MANIFEST_BYTES {
+        return Err(diag(
+            component,
+            format!("{file} is {len} bytes; the limit is {MAX_MANIFEST_BYTES}"),
+        ));
+    }
+    let text = tokio::fs::read_to_string(manifest)
+        .await
+        .map_err(|e| diag(component, format!("cannot read {file}: {e}")))?;
+    Manifest::from_toml(&text, &file).map_err(|e| diag(component, format!("{e}; not loaded")))
+}
+
 /// Lower-case hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);
@@ -199,7 +245,30 @@ impl PluginHost {
         browser: BrowserPolicy,
         registry: ToolRegistry,
     ) -> Result<Self, String> {
-        let engine = host::engine().map_err(|e| format!("cannot start wasmtime: {e:#}"))?;
+        let limits =
+            || std::iter::once(&policy.defaults).chain(policy.grants.values().map(|g| &g.limits));
+        // Fuel metering slows every call, so it is compiled in only when some plugin has a
+        // fuel limit (the policy is fixed for the server's life).
+        let mut opts = host::EngineOptions {
+            fuel: limits().any(|l| l.fuel.is_some()),
+            pool_slots: policy.pool_slots,
+            max_memory_bytes: limits().map(|l| l.memory_bytes).max().unwrap_or(64 << 20),
+        };
+        let engine = match host::engine(&opts) {
+            Ok(e) => e,
+            // The pool reserves address space up front (about 8 GiB per slot, none of it
+            // committed); where that is refused (a `ulimit -v`), map per call instead.
+            Err(e) if opts.pool_slots.is_some() => {
+                tracing::warn!(
+                    error = %format!("{e:#}"),
+                    "cannot reserve the plugin instance pool (plugins.pool_slots); instances are mapped per call"
+                );
+                opts.pool_slots = None;
+                host::engine(&opts).map_err(|e| format!("cannot start wasmtime: {e:#}"))?
+            }
+            Err(e) => return Err(format!("cannot start wasmtime: {e:#}")),
+        };
+        tracing::info!(fuel = opts.fuel, pool_slots = ?opts.pool_slots, "plugin engine");
         let linker = host::linker(&engine).map_err(|e| format!("cannot link WASI: {e:#}"))?;
         Ok(Self {
             engine,
@@ -255,7 +324,8 @@ impl PluginHost {
             let hidden = path
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-            if hidden || path.extension().is_none_or(|e| e != "wasm") {
+            // Components and their manifests: a changed manifest reloads too.
+            if hidden || path.extension().is_none_or(|e| e != "wasm" && e != "toml") {
                 continue;
             }
             let meta = match entry.metadata() {
@@ -305,12 +375,21 @@ impl PluginHost {
         let mut tools: Vec<(String, Arc<dyn Tool>)> = Vec::new();
         let mut diags = Vec::new();
         let mut seen_hashes = Vec::new();
-        for (path, len, _) in files {
-            match self.load_one(path, *len).await {
-                Ok((hash, t)) => {
-                    seen_hashes.push(hash);
+        let components = files
+            .iter()
+            .filter(|(p, _, _)| p.extension().is_some_and(|e| e == "wasm"));
+        for (path, len, _) in components {
+            let manifest = path.with_extension("toml");
+            let manifest = files
+                .iter()
+                .any(|(p, _, _)| *p == manifest)
+                .then_some(manifest);
+            match self.load_one(path, *len, manifest.as_deref()).await {
+                Ok(loaded) => {
+                    seen_hashes.push(loaded.hash);
+                    diags.extend(loaded.warnings);
                     let mut names = std::collections::BTreeSet::new();
-                    for (source, tool) in t {
+                    for (source, tool) in loaded.tools {
                         if names.insert(tool.descriptor().name.clone()) {
                             tools.push((source, tool));
                         }
@@ -344,12 +423,13 @@ impl PluginHost {
         );
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Loads one component, with its manifest when `manifest` is the path of one.
     async fn load_one(
         &self,
         path: &Path,
         len: u64,
-    ) -> Result<(String, Vec<(String, Arc<dyn Tool>)>), Diagnostic> {
+        manifest: Option<&Path>,
+    ) -> Result<Loaded, Diagnostic> {
         let source = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -374,7 +454,49 @@ impl PluginHost {
             .await
             .map_err(|e| diag(path, format!("cannot read: {e}")))?;
         let hash = sha256_hex(&bytes);
+        let manifest = match manifest {
+            Some(m) => Some(read_manifest(path, m).await?),
+            None => None,
+        };
+        // The manifest first: it tells a half-copied or mismatched file from the one its
+        // author shipped. Then the policy's pin, the operator's trust anchor.
+        if let Some(m) = &manifest
+            && m.sha256 != hash
+        {
+            return Err(diag(
+                path,
+                format!(
+                    "hash mismatch: {name}.toml pins sha256 {} but the file's sha256 is {hash} (a different build, or a copy still in progress); not loaded",
+                    m.sha256
+                ),
+            ));
+        }
         let grant = self.policy.grant_for(&name);
+        let mut warnings = Vec::new();
+        // Per-session state needs both the plugin's declaration and the operator's consent.
+        let declared = manifest.as_ref().is_some_and(|m| m.stateful);
+        if declared && !grant.stateful {
+            return Err(diag(
+                path,
+                format!(
+                    "{name}.toml declares stateful = true but the policy does not allow it (plugins.grants.{name}.stateful = true keeps one instance per session); not loaded"
+                ),
+            ));
+        }
+        let stateful = declared && grant.stateful;
+        if grant.stateful && !declared {
+            warnings.push(warning(
+                path,
+                format!(
+                    "plugins.grants.{name}.stateful = true but the plugin does not declare stateful = true in {name}.toml; every call gets a fresh instance"
+                ),
+            ));
+        }
+        if let Some(m) = &manifest {
+            for s in m.shortfalls(&name, &grant) {
+                warnings.push(warning(path, format!("loaded, but it {s}")));
+            }
+        }
         match &grant.sha256 {
             Some(pin) if *pin != hash => {
                 return Err(diag(
@@ -388,7 +510,7 @@ impl PluginHost {
                 return Err(diag(
                     path,
                     format!(
-                        "not pinned: plugins.require_pinned is set and plugins.grants.{name}.sha256 is missing (the file's sha256 is {hash})"
+                        "not pinned: plugins.require_pinned is set and plugins.grants.{name}.sha256 is missing (the file's sha256 is {hash}; a manifest's sha256 does not count, the policy must pin it)"
                     ),
                 ));
             }
@@ -486,10 +608,26 @@ impl PluginHost {
                     compiled: compiled.clone(),
                     caps: caps.clone(),
                     instances: instances.clone(),
+                    stateful,
                 }),
             ));
         }
-        Ok((hash, out))
+        for w in &warnings {
+            tracing::warn!(plugin = %w.source, "{}", w.message);
+        }
+        if let Some(m) = &manifest {
+            tracing::info!(
+                plugin = %name,
+                version = m.version.as_deref().unwrap_or(""),
+                stateful,
+                "plugin manifest accepted"
+            );
+        }
+        Ok(Loaded {
+            hash,
+            tools: out,
+            warnings,
+        })
     }
 
     /// Polls the plugins directory every `plugins.reload_interval_ms` and reloads on change,

@@ -7,13 +7,14 @@
 //! dir = "/var/lib/sibyl/plugins"   # *.wasm components; empty disables plugins
 //! reload_interval_ms = 1000         # hot-reload poll period; 0 loads once at start
 //! require_pinned = true             # refuse plugins without a sha256 pin
+//! pool_slots = 128                  # instances kept mapped and reused; 0 maps per call
 //! [plugins.defaults]
 //! memory_mib = 64
 //! timeout_ms = 5000
 //! [plugins.grants.json_api]
 //! sha256 = "9f2c…"                  # the file's content hash (sha256sum)
 //! allow_hosts = ["api.example.org"]
-//! stateful = false                  # true: one instance per session instead of per call
+//! stateful = false                  # true: allows one instance per session (if json_api.toml declares it)
 //! config = { base_url = "https://api.example.org/v1" }
 //! ```
 
@@ -32,6 +33,7 @@ pub struct RawPlugins {
     dir: String,
     reload_interval_ms: u64,
     require_pinned: bool,
+    pool_slots: u64,
     defaults: RawLimits,
     grants: BTreeMap<String, RawGrant>,
 }
@@ -42,6 +44,7 @@ impl Default for RawPlugins {
             dir: String::new(),
             reload_interval_ms: 1000,
             require_pinned: true,
+            pool_slots: 128,
             defaults: RawLimits::default(),
             grants: BTreeMap::new(),
         }
@@ -96,6 +99,12 @@ pub struct PluginsPolicy {
     pub reload_interval: Option<Duration>,
     /// Refuse plugins that have no `sha256` pin.
     pub require_pinned: bool,
+    /// Plugin instances that may exist at once, with their linear memories and stacks
+    /// reserved at start and reused from call to call (wasmtime's pooling allocator);
+    /// `None` (`pool_slots = 0`) maps and unmaps them per call instead. Running calls and the
+    /// instances kept for stateful plugins' sessions share the slots; when all are taken a
+    /// call is refused with `RESOURCE_EXHAUSTED`.
+    pub pool_slots: Option<u32>,
     /// Limits of plugins without their own values.
     pub defaults: PluginLimits,
     /// Grants by plugin name (the file stem: `calc.wasm` is `calc`).
@@ -153,8 +162,10 @@ pub struct PluginGrant {
     pub allow_hosts: HostRules,
     /// The session's scratch directory is visible, read-write, as `/scratch`.
     pub scratch: bool,
-    /// Per-session stateful: one instance is kept per session (state persists across the
-    /// session's calls, never across sessions); otherwise every call gets a fresh instance.
+    /// Allows per-session state: when the plugin's manifest also declares `stateful = true`,
+    /// one instance is kept per session (state persists across the session's calls, never
+    /// across sessions). A plugin declaring it without this consent is not loaded; without
+    /// the declaration every call gets a fresh instance.
     pub stateful: bool,
     /// Other directories.
     pub paths: Vec<PathGrant>,
@@ -335,6 +346,10 @@ pub(crate) fn check(raw: &RawPlugins, origin: &str) -> Result<PluginsPolicy, Pol
         reload_interval: (raw.reload_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_interval_ms.clamp(50, 3_600_000))),
         require_pinned: raw.require_pinned,
+        pool_slots: match range("plugins.pool_slots".into(), raw.pool_slots, 0, 100_000)? {
+            0 => None,
+            n => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        },
         defaults,
         grants,
     })
@@ -372,6 +387,9 @@ mod tests {
         assert!(other.allow_hosts.is_empty() && !other.scratch && other.paths.is_empty());
         assert!(other.config.is_empty());
         assert!(p.plugins.require_pinned);
+        assert_eq!(p.plugins.pool_slots, Some(128));
+        let p = Policy::from_toml("[plugins]\npool_slots = 0\n", "t").expect("policy");
+        assert_eq!(p.plugins.pool_slots, None);
     }
 
     #[test]
@@ -382,6 +400,7 @@ mod tests {
             err("[plugins.grants.x]\nmemory_mib = 0\n").contains("plugins.grants.x.memory_mib")
         );
         assert!(err("[plugins.grants.X]\n").contains("plugins.grants.X"));
+        assert!(err("[plugins]\npool_slots = 100001\n").contains("plugins.pool_slots"));
         assert!(
             err("[plugins.grants.x]\nallow_hosts = [\"bad host\"]\n")
                 .contains("plugins.grants.x.allow_hosts[0]")
