@@ -1,7 +1,7 @@
 //! Benchmark of the Python runners (issue 3): per-call latency of trivial code (p50/p99) for
 //! plain `python3 -c` (the baseline), the subprocess sandbox, a fresh WASM instance, a fresh
 //! instance of the CPython 3.12 fallback build (`runner.wasm.build = "python312"`, when
-//! installed) and a WASM session turn; calls/s with 8 concurrent sessions; memory per idle WASM
+//! installed), a WASM session turn and a subprocess notebook turn; calls/s with 8 concurrent sessions; memory per idle WASM
 //! session.
 //!
 //! Run: `cargo run -p sibyl-tests --example runners_bench [-- N]` (after `scripts/setup`).
@@ -150,11 +150,26 @@ async fn main() -> anyhow::Result<()> {
             i.push(b);
         }
         let turn = report("WASM session turn (gRPC)", &mut w, &mut i);
+        // The subprocess runner's notebook session: one sandboxed interpreter kept alive.
+        let s = c
+            .open_session(pb::OpenSessionRequest {})
+            .await?
+            .into_inner()
+            .session_id;
+        call(&mut c, &s, "subprocess", "x = 0").await;
+        let (mut w, mut i) = (Vec::new(), Vec::new());
+        for _ in 0..(n * 4) {
+            let (a, b) = call(&mut c, &s, "subprocess", code).await;
+            w.push(a);
+            i.push(b);
+        }
+        let sub_turn = report("subprocess notebook turn (gRPC)", &mut w, &mut i);
         println!(
-            "ratios vs plain python3 -c (p50, gRPC round trip included): subprocess {:.2}x, WASM fresh {:.2}x, WASM turn {:.3}x",
+            "ratios vs plain python3 -c (p50, gRPC round trip included): subprocess {:.2}x, WASM fresh {:.2}x, WASM turn {:.3}x, subprocess turn {:.3}x",
             sub / base,
             fresh / base,
-            turn / base
+            turn / base,
+            sub_turn / base
         );
         if let Some(f) = fresh312 {
             println!("WASM 3.12 fresh {:.2}x plain python3 -c", f / base);
