@@ -510,15 +510,9 @@ impl Browser {
     }
 }
 
-/// The title, text and hidden ranges of a converted page, with the main-content note (what
-/// was omitted) added to `notes` when only the article is shown.
-fn shown(
-    r: convert::Rendered,
-    notes: &mut Vec<String>,
-) -> (Option<String>, String, Vec<Range<usize>>) {
-    if let Some(omitted) = &r.omitted {
-        notes.push(omitted.note());
-    }
+/// The title, text and hidden ranges of a converted page (an article view carries its
+/// note of what was omitted at the end of its text).
+fn shown(r: convert::Rendered) -> (Option<String>, String, Vec<Range<usize>>) {
     (r.title, r.text, r.hidden)
 }
 
@@ -538,7 +532,7 @@ impl Browser {
         notes: &mut Vec<String>,
     ) -> (Option<String>, String, Vec<Range<usize>>) {
         let Some(renderer) = &self.renderer else {
-            return shown(plain, notes);
+            return shown(plain);
         };
         let p = renderer.policy();
         let wanted = match p.mode {
@@ -551,7 +545,7 @@ impl Browser {
             }
         };
         if !wanted {
-            return shown(plain, notes);
+            return shown(plain);
         }
         let started = Instant::now();
         match renderer.render(&fetched.final_url).await {
@@ -566,9 +560,9 @@ impl Browser {
                     Ok(Ok(mut r)) => {
                         tracing::debug!(url = %fetched.final_url, ms = started.elapsed().as_millis() as u64, "rendered with Chromium");
                         r.title = r.title.or(plain.title);
-                        shown(r, notes)
+                        shown(r)
                     }
-                    _ => shown(plain, notes),
+                    _ => shown(plain),
                 }
             }
             Err(e) => {
@@ -576,7 +570,7 @@ impl Browser {
                 notes.push(format!(
                     "JavaScript rendering failed ({e}); showing the page as fetched."
                 ));
-                shown(plain, notes)
+                shown(plain)
             }
         }
     }

@@ -130,7 +130,7 @@ mod raw {
                 user_agent: super::DEFAULT_USER_AGENT.to_string(),
                 allow_hosts: Vec::new(),
                 block_hosts: Vec::new(),
-                main_content: "off".into(),
+                main_content: "auto".into(),
                 extract: Default::default(),
                 render: Default::default(),
             }

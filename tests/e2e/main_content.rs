@@ -170,54 +170,46 @@ fn article_view_keeps_every_fact_and_table_and_drops_navigation() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Over gRPC with `main_content = "auto"`: the note says what was omitted, the infobox is
-/// found, the sidebar is not; the default policy still shows the whole page.
+/// Over gRPC: under the default policy (`main_content = "auto"`) the article view ends with
+/// the note of what was omitted, the infobox is found and the sidebar is not; under
+/// `main_content = "off"` the whole page is shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn visit_page_shows_the_article_under_auto() {
+async fn visit_page_shows_the_article_by_default() {
     let pages = PageServer::start().await;
     let url = pages.url("/pages/readability-wikipedia-2/");
-    let server = Server::start(&test_policy("main_content = \"auto\""));
+    let find = |text: &'static str| json!({ "search_string": text });
+    let server = Server::start(&test_policy(""));
     let mut c = server.client().await;
     let s = open_session(&mut c).await;
     let v = parse_view(&ok(&mut c, &s, "visit_page", json!({ "url": url })).await);
-    let note = v.notes.join(" ");
-    assert!(
-        note.contains("Showing the main content (") && note.contains("omitted"),
-        "{note}"
-    );
     assert_eq!(v.title, "New Zealand - Wikipedia");
+    assert!(v.notes.is_empty(), "{:?}", v.notes);
+    let note = parse_view(&ok(&mut c, &s, "find_on_page_ctrl_f", find("Main content only")).await);
+    assert_eq!(note.page, note.pages, "the note ends the text");
+    assert!(
+        note.body
+            .trim_end()
+            .ends_with("and other page furniture were omitted.]"),
+        "{}",
+        &note.body[note.body.len().saturating_sub(300)..]
+    );
     let found = ok(
         &mut c,
         &s,
         "find_on_page_ctrl_f",
-        json!({ "search_string": "Largest city Auckland" }),
+        find("Largest city Auckland"),
     )
     .await;
     assert!(found.contains("Search: showing match"), "{found}");
-    let missing = ok(
-        &mut c,
-        &s,
-        "find_on_page_ctrl_f",
-        json!({ "search_string": "Random article" }),
-    )
-    .await;
+    let missing = ok(&mut c, &s, "find_on_page_ctrl_f", find("Random article")).await;
     assert!(missing.starts_with("The search string"), "{missing}");
 
-    let whole = Server::start(&test_policy(""));
+    let whole = Server::start(&test_policy("main_content = \"off\""));
     let mut c = whole.client().await;
     let s = open_session(&mut c).await;
-    let v = parse_view(&ok(&mut c, &s, "visit_page", json!({ "url": url })).await);
-    assert!(
-        v.notes.iter().all(|n| !n.contains("main content")),
-        "{:?}",
-        v.notes
-    );
-    let found = ok(
-        &mut c,
-        &s,
-        "find_on_page_ctrl_f",
-        json!({ "search_string": "Random article" }),
-    )
-    .await;
+    ok(&mut c, &s, "visit_page", json!({ "url": url })).await;
+    let found = ok(&mut c, &s, "find_on_page_ctrl_f", find("Random article")).await;
     assert!(found.contains("Search: showing match"), "{found}");
+    let none = ok(&mut c, &s, "find_on_page_ctrl_f", find("Main content only")).await;
+    assert!(none.starts_with("The search string"), "{none}");
 }

@@ -75,16 +75,16 @@ impl MainContent {
 pub struct Omitted {
     /// Characters of the whole page's text.
     pub full_chars: usize,
-    /// Characters of the article's text (the text shown).
+    /// Characters of the article's text (shown, followed by the [`Omitted::note`] line).
     pub article_chars: usize,
 }
 
 impl Omitted {
-    /// The one-line note shown with an article view, saying what was left out.
+    /// The one-line note that ends an article view, saying what was left out.
     pub fn note(&self) -> String {
         format!(
-            "Showing the main content ({} of {} characters); navigation, sidebars, footers \
-             and other page furniture were omitted.",
+            "[Main content only: {} of the page's {} characters are shown above; navigation, \
+             sidebars, footers and other page furniture were omitted.]",
             self.article_chars, self.full_chars
         )
     }
@@ -95,7 +95,7 @@ impl Omitted {
 pub struct Rendered {
     /// The page title (`<title>`, whitespace-collapsed), if any.
     pub title: Option<String>,
-    /// The text shown through the viewport.
+    /// The text shown through the viewport (an article view ends with [`Omitted::note`]).
     pub text: String,
     /// Sorted, disjoint byte ranges of `text` (link targets) that find-in-page skips.
     pub hidden: Vec<Range<usize>>,
@@ -153,14 +153,15 @@ pub fn html_to_text_as(
         let article_chars = article_text.chars().count();
         let full_chars = text.chars().count();
         if article_chars > 0 && article_chars < full_chars {
+            let omitted = Omitted {
+                full_chars,
+                article_chars,
+            };
             return Ok(Rendered {
                 title,
-                text: article_text,
+                text: format!("{article_text}\n\n{}", omitted.note()),
                 hidden: article_hidden,
-                omitted: Some(Omitted {
-                    full_chars,
-                    article_chars,
-                }),
+                omitted: Some(omitted),
             });
         }
     }
@@ -870,7 +871,7 @@ mod tests {
              <table class=\"infobox\"><tr><th>Kingdom</th><td>Animalia</td></tr>\
              <tr><th>Order</th><td>Carnivora</td></tr></table>\
              <p>{p1}</p><p>{p2}</p><p>{p3}</p>\
-             <table class=\"wikitable\"><caption>Sightings</caption>\
+             <table class=\"wikitable\">\
              <tr><th>Year</th><th>Count</th></tr><tr><td>2019</td><td>41</td></tr></table>\
              <p>{p4}</p></article></div>\
              <div class=\"sidebar\"><a href=\"/s1\">Sponsored link one</a></div>\
@@ -892,7 +893,12 @@ mod tests {
         assert!(full.omitted.is_none());
         assert!(full.text.contains("Random article") && full.text.contains("Privacy policy"));
         let omitted = art.omitted.as_ref().expect("article view");
-        assert_eq!(omitted.article_chars, art.text.chars().count());
+        let note = omitted.note();
+        assert!(art.text.ends_with(&format!("\n\n{note}")), "{}", art.text);
+        assert_eq!(
+            omitted.article_chars + 2 + note.chars().count(),
+            art.text.chars().count()
+        );
         assert_eq!(omitted.full_chars, full.text.chars().count());
         for gone in [
             "Main page",
@@ -906,7 +912,6 @@ mod tests {
         for kept in [
             "Kingdom │ Animalia",
             "2019 │ 41",
-            "Sightings",
             "hunts at dawn",
             "A short standfirst about foxes.",
         ] {
@@ -920,10 +925,9 @@ mod tests {
                 .iter()
                 .all(|r| art.text[r.clone()].starts_with("https://"))
         );
-        assert!(omitted.note().contains(&format!(
-            "{} of {}",
-            art.text.chars().count(),
-            full.text.chars().count()
+        assert!(note.contains(&format!(
+            "{} of the page's {}",
+            omitted.article_chars, omitted.full_chars
         )));
     }
 
