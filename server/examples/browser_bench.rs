@@ -4,7 +4,9 @@
 //! prints, per fixture file (`test*` in `tests/fixtures/documents`: PDF, DOCX, XLSX, PPTX,
 //! CSV, JSON, HTML, EPUB, ipynb), the median conversion time (type detection + extraction,
 //! in process) and throughput; then the embedded index's build time and search latency
-//! percentiles over the fixture folder.
+//! percentiles over the fixture folder. Between the two: per saved page
+//! (`tests/fixtures/pages`), the median HTML-to-text time of the whole page and of the main
+//! content (`main_content = "auto"`).
 //!
 //! With `MARKITDOWN_PYTHON` set to a Python that has `markitdown` installed, the same files
 //! are converted by markitdown in the same run (`tests/benches/markitdown_bench.py`, median
@@ -15,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sibyl_server::browser::convert::{MainContent, html_to_text_as};
 use sibyl_server::browser::download::detect;
 use sibyl_server::browser::extract::{ExtractPolicy, extract};
 use sibyl_server::browser::search::index::EmbeddedIndex;
@@ -115,6 +118,45 @@ async fn main() -> anyhow::Result<()> {
         Ok(_) => println!("markitdown returned no timings for these files"),
         Err(why) => println!("markitdown skipped: {why}"),
     }
+    // HTML conversion of the saved pages: whole page against main content (`auto`: the
+    // whole-page render, Readability, and the article render).
+    println!("page\tKB\tfull_page_ms\tmain_content_ms\tarticle_view");
+    let mut dirs: Vec<_> = std::fs::read_dir(root.join("pages"))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("source.html").is_file())
+        .collect();
+    dirs.sort();
+    let base = url::Url::parse("https://example.com/")?;
+    let (mut sum_off, mut sum_auto) = (0.0, 0.0);
+    for dir in &dirs {
+        let html = String::from_utf8_lossy(&std::fs::read(dir.join("source.html"))?).into_owned();
+        let ms = |mode: MainContent| -> anyhow::Result<(f64, bool)> {
+            let mut times = Vec::new();
+            let mut article = false;
+            for _ in 0..iterations.min(10) {
+                let t = Instant::now();
+                let r = html_to_text_as(&html, Some(&base), mode)?;
+                times.push(t.elapsed());
+                article = r.omitted.is_some();
+            }
+            times.sort();
+            Ok((times[times.len() / 2].as_secs_f64() * 1e3, article))
+        };
+        let (off, _) = ms(MainContent::Off)?;
+        let (auto, article) = ms(MainContent::Auto)?;
+        sum_off += off;
+        sum_auto += auto;
+        println!(
+            "{}\t{}\t{off:.2}\t{auto:.2}\t{}",
+            dir.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            html.len() / 1024,
+            if article { "yes" } else { "no" }
+        );
+    }
+    println!("pages_total_ms\tfull_page {sum_off:.1}\tmain_content {sum_auto:.1}");
     let index = EmbeddedIndex::new()?;
     let t = Instant::now();
     index.index_folder(root.clone(), 100_000, policy.clone());

@@ -69,7 +69,13 @@ fn main_content_table() {
         tf += f;
         ta += a;
         n += p.facts.len();
-        let (fc, ac) = (full.text.chars().count(), art.text.chars().count());
+        // Article characters without the closing note line.
+        let (fc, ac) = (
+            full.text.chars().count(),
+            art.omitted
+                .as_ref()
+                .map_or(art.text.chars().count(), |o| o.article_chars),
+        );
         println!(
             "{}\t{}\t{f}\t{a}\t{}\t{fc}\t{ac}\t{:.2}",
             p.dir,
