@@ -42,6 +42,7 @@ pub const MAX_URL_BYTES: usize = 8192;
 pub struct Browser {
     fetcher: Fetcher,
     viewport_size: usize,
+    main_content: convert::MainContent,
     extract: Arc<extract::ExtractPolicy>,
     search: Option<Arc<search::Search>>,
     renderer: Option<Arc<render::Renderer>>,
@@ -166,6 +167,7 @@ impl Browser {
         Ok(Self {
             fetcher: Fetcher::new(policy)?,
             viewport_size: policy.viewport_size,
+            main_content: policy.main_content,
             extract: Arc::new(policy.extract.clone()),
             search: None,
             renderer: (policy.render.mode != render::RenderMode::Never).then(|| {
@@ -360,12 +362,12 @@ impl Browser {
             ContentKind::Html => {
                 let html = fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true);
                 let base = fetched.final_url.clone();
-                let rendered =
-                    tokio::task::spawn_blocking(move || convert::html_to_text(&html, Some(&base)))
-                        .await
-                        .map_err(|e| {
-                            ToolError::Internal(format!("HTML conversion task failed: {e}"))
-                        })?;
+                let mode = self.main_content;
+                let rendered = tokio::task::spawn_blocking(move || {
+                    convert::html_to_text_as(&html, Some(&base), mode)
+                })
+                .await
+                .map_err(|e| ToolError::Internal(format!("HTML conversion task failed: {e}")))?;
                 match rendered {
                     Ok(r) => {
                         self.maybe_render(&fetched, &html_of(&fetched), r, &mut notes)
@@ -508,6 +510,12 @@ impl Browser {
     }
 }
 
+/// The title, text and hidden ranges of a converted page (an article view carries its
+/// note of what was omitted at the end of its text).
+fn shown(r: convert::Rendered) -> (Option<String>, String, Vec<Range<usize>>) {
+    (r.title, r.text, r.hidden)
+}
+
 fn html_of(fetched: &fetch::Fetched) -> String {
     fetch::decode_text(&fetched.body, fetched.charset.as_deref(), true)
 }
@@ -524,7 +532,7 @@ impl Browser {
         notes: &mut Vec<String>,
     ) -> (Option<String>, String, Vec<Range<usize>>) {
         let Some(renderer) = &self.renderer else {
-            return (plain.title, plain.text, plain.hidden);
+            return shown(plain);
         };
         let p = renderer.policy();
         let wanted = match p.mode {
@@ -537,21 +545,24 @@ impl Browser {
             }
         };
         if !wanted {
-            return (plain.title, plain.text, plain.hidden);
+            return shown(plain);
         }
         let started = Instant::now();
         match renderer.render(&fetched.final_url).await {
             Ok(dom) => {
                 let base = fetched.final_url.clone();
-                let converted =
-                    tokio::task::spawn_blocking(move || convert::html_to_text(&dom, Some(&base)))
-                        .await;
+                let mode = self.main_content;
+                let converted = tokio::task::spawn_blocking(move || {
+                    convert::html_to_text_as(&dom, Some(&base), mode)
+                })
+                .await;
                 match converted {
-                    Ok(Ok(r)) => {
+                    Ok(Ok(mut r)) => {
                         tracing::debug!(url = %fetched.final_url, ms = started.elapsed().as_millis() as u64, "rendered with Chromium");
-                        (r.title.or(plain.title), r.text, r.hidden)
+                        r.title = r.title.or(plain.title);
+                        shown(r)
                     }
-                    _ => (plain.title, plain.text, plain.hidden),
+                    _ => shown(plain),
                 }
             }
             Err(e) => {
@@ -559,7 +570,7 @@ impl Browser {
                 notes.push(format!(
                     "JavaScript rendering failed ({e}); showing the page as fetched."
                 ));
-                (plain.title, plain.text, plain.hidden)
+                shown(plain)
             }
         }
     }

@@ -114,6 +114,7 @@ mod raw {
         pub user_agent: String,
         pub allow_hosts: Vec<String>,
         pub block_hosts: Vec<String>,
+        pub main_content: String,
         pub extract: crate::browser::extract::RawExtractPolicy,
         pub render: crate::browser::render::RawRenderPolicy,
     }
@@ -129,6 +130,7 @@ mod raw {
                 user_agent: super::DEFAULT_USER_AGENT.to_string(),
                 allow_hosts: Vec::new(),
                 block_hosts: Vec::new(),
+                main_content: "auto".into(),
                 extract: Default::default(),
                 render: Default::default(),
             }
@@ -197,6 +199,8 @@ pub struct BrowserPolicy {
     pub allow: HostRules,
     /// Hosts and networks always refused.
     pub block: HostRules,
+    /// Whole page or main content only, for HTML pages (`main_content`).
+    pub main_content: crate::browser::convert::MainContent,
     /// File extraction limits (`[browser.extract]`).
     pub extract: crate::browser::extract::ExtractPolicy,
     /// JavaScript rendering with Chromium (`[browser.render]`).
@@ -410,6 +414,12 @@ impl Policy {
                 user_agent: b.user_agent.clone(),
                 allow: HostRules::parse(&b.allow_hosts, origin, "browser.allow_hosts")?,
                 block: HostRules::parse(&b.block_hosts, origin, "browser.block_hosts")?,
+                main_content: crate::browser::convert::MainContent::parse(&b.main_content)
+                    .map_err(|message| PolicyError::Invalid {
+                        origin: origin.to_string(),
+                        key: "browser.main_content".into(),
+                        message,
+                    })?,
                 extract: crate::browser::extract::ExtractPolicy::check(&b.extract, origin)?,
                 render: crate::browser::render::RenderPolicy::check(&b.render, origin)?,
             },
@@ -465,6 +475,20 @@ mod tests {
         assert!(e.contains("browser.viewport_size"), "{e}");
         let e = err("[sessions]\nidle_ttl_secs = 0\n");
         assert!(e.contains("sessions.idle_ttl_secs"), "{e}");
+    }
+
+    #[test]
+    fn main_content_is_checked() {
+        let e = err("[browser]\nmain_content = \"article\"\n");
+        assert!(
+            e.contains("browser.main_content") && e.contains("off or auto"),
+            "{e}"
+        );
+        let p = Policy::from_toml("[browser]\nmain_content = \"auto\"\n", "t").expect("auto");
+        assert_eq!(
+            p.browser.main_content,
+            crate::browser::convert::MainContent::Auto
+        );
     }
 
     #[test]

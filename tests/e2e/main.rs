@@ -4,4 +4,5 @@
 mod browser;
 mod cli;
 mod corpus;
+mod main_content;
 mod rpc;

@@ -14,6 +14,14 @@
 //! and data tables are rendered as grids with their padding squeezed (one row per line,
 //! cells separated by `│`), so a row stays readable and searchable.
 //!
+//! Main content: with [`MainContent::Auto`], the page is first reduced to its article with
+//! Mozilla Readability's algorithm (the `dom_smoothie` port: candidate scoring, then its
+//! conditional cleaning, which keeps data tables such as Wikipedia's infobox). The article is
+//! used only when Readability is confident, by its own thresholds: the page is "probably
+//! readerable" (`isProbablyReaderable`: score 20, 140 characters) and the article has at
+//! least its `charThreshold` of 500 characters. Otherwise the whole page is shown. The
+//! article HTML then goes through the same html2text rendering as a whole page.
+//!
 //! Link and image targets are *hidden from find-in-page*: the renderer wraps them in
 //! private-use sentinels that are removed here and reported as [`Rendered::hidden`] byte
 //! ranges, so a sentence that contains a link is still found by its visible words.
@@ -37,15 +45,62 @@ const MAX_SOURCE_DEPTH: usize = 3000;
 /// Longest link target shown; longer ones (data: URIs, tracking blobs) are dropped.
 const MAX_SHOWN_URL: usize = 2048;
 
+/// Which part of an HTML page is shown (the policy's `[browser] main_content`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MainContent {
+    /// The whole page (`"off"`).
+    #[default]
+    Off,
+    /// The article when Mozilla Readability's algorithm is confident, else the whole page
+    /// (`"auto"`).
+    Auto,
+}
+
+impl MainContent {
+    /// Parses the policy value: `"off"` or `"auto"`.
+    ///
+    /// # Errors
+    /// A message naming the accepted values, for any other string.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim() {
+            "off" => Ok(Self::Off),
+            "auto" => Ok(Self::Auto),
+            other => Err(format!("must be off or auto, got `{other}`")),
+        }
+    }
+}
+
+/// What main-content selection left out of a page, for the note shown with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Omitted {
+    /// Characters of the whole page's text.
+    pub full_chars: usize,
+    /// Characters of the article's text (shown, followed by the [`Omitted::note`] line).
+    pub article_chars: usize,
+}
+
+impl Omitted {
+    /// The one-line note that ends an article view, saying what was left out.
+    pub fn note(&self) -> String {
+        format!(
+            "[Main content only: {} of the page's {} characters are shown above; navigation, \
+             sidebars, footers and other page furniture were omitted.]",
+            self.article_chars, self.full_chars
+        )
+    }
+}
+
 /// A page converted to text.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Rendered {
     /// The page title (`<title>`, whitespace-collapsed), if any.
     pub title: Option<String>,
-    /// The text shown through the viewport.
+    /// The text shown through the viewport (an article view ends with [`Omitted::note`]).
     pub text: String,
     /// Sorted, disjoint byte ranges of `text` (link targets) that find-in-page skips.
     pub hidden: Vec<Range<usize>>,
+    /// Set when `text` is the page's main content only: what the whole page had.
+    pub omitted: Option<Omitted>,
 }
 
 /// Why HTML could not be converted.
@@ -53,23 +108,33 @@ pub struct Rendered {
 #[error("cannot convert HTML to text: {0}")]
 pub struct ConvertError(String);
 
-/// Converts an HTML document (already decoded to text) to viewport text.
+/// Converts a whole HTML document (already decoded to text) to viewport text; the same as
+/// [`html_to_text_as`] with [`MainContent::Off`].
+///
+/// # Errors
+/// [`ConvertError`] if the page nests too deep or html2text fails on the document.
+pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, ConvertError> {
+    html_to_text_as(html, base, MainContent::Off)
+}
+
+/// Converts an HTML document (already decoded to text) to viewport text, the whole page or
+/// (with [`MainContent::Auto`], when Readability is confident) its main content only.
 ///
 /// `base` resolves relative links. Runs in time linear in the input; call it off the async
 /// runtime for large pages.
 ///
 /// # Errors
-/// [`ConvertError`] if html2text fails on the document.
-pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, ConvertError> {
+/// [`ConvertError`] if the page nests too deep or html2text fails on the document.
+pub fn html_to_text_as(
+    html: &str,
+    base: Option<&url::Url>,
+    mode: MainContent,
+) -> Result<Rendered, ConvertError> {
     // Pages are hostile: a page must not be able to forge our sentinels.
     let cleaned: std::borrow::Cow<'_, str> = if html.contains([HIDE_START, HIDE_END]) {
         html.replace([HIDE_START, HIDE_END], "\u{FFFD}").into()
     } else {
         html.into()
-    };
-    let decorator = Decorator {
-        base: base.cloned(),
-        links: Vec::new(),
     };
     let depth = estimate_depth(&cleaned);
     if depth > MAX_SOURCE_DEPTH {
@@ -77,6 +142,113 @@ pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, Con
             "the page nests elements {depth} deep (limit {MAX_SOURCE_DEPTH}); refused as hostile"
         )));
     }
+    let title = extract_title(&cleaned);
+    let (text, hidden) = render_text(&cleaned, base)?;
+    // Readability's tree walks recurse; only pages of ordinary depth are given to it.
+    if mode == MainContent::Auto
+        && depth <= MAX_DEPTH
+        && let Some(article) = readable_article(&cleaned, base)
+    {
+        let (article_text, article_hidden) = render_text(&article, base)?;
+        let article_chars = article_text.chars().count();
+        let full_chars = text.chars().count();
+        if article_chars > 0 && article_chars < full_chars {
+            let omitted = Omitted {
+                full_chars,
+                article_chars,
+            };
+            return Ok(Rendered {
+                title,
+                text: format!("{article_text}\n\n{}", omitted.note()),
+                hidden: article_hidden,
+                omitted: Some(omitted),
+            });
+        }
+    }
+    Ok(Rendered {
+        title,
+        text,
+        hidden,
+        omitted: None,
+    })
+}
+
+/// The main content of `html` as HTML, when Mozilla Readability's algorithm (dom_smoothie)
+/// is confident: the page is probably readerable and the article reaches Readability's
+/// 500-character threshold. `None` otherwise, or if the extraction fails.
+pub fn readable_article(html: &str, base: Option<&url::Url>) -> Option<String> {
+    let config = dom_smoothie::Config {
+        // Bounds the work on hostile pages; real article pages are far below it.
+        max_elements_to_parse: 200_000,
+        ..dom_smoothie::Config::default()
+    };
+    let threshold = config.char_threshold;
+    let mut readability =
+        dom_smoothie::Readability::new(html, base.map(url::Url::as_str), Some(config)).ok()?;
+    if !readability.is_probably_readable() {
+        return None;
+    }
+    match readability.parse() {
+        Ok(article) if article.length >= threshold => Some(with_header(&article)),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "no main content");
+            None
+        }
+    }
+}
+
+/// The article's HTML under a reader-view header, as Firefox's reader view shows it: the
+/// title as `<h1>`, then the byline and the excerpt (the page's description, often the
+/// standfirst that Readability's scoring leaves out) when the article text lacks them.
+fn with_header(article: &dom_smoothie::Article) -> String {
+    let body = collapse_text(&article.text_content);
+    let mut out = String::with_capacity(article.content.len() + 512);
+    for (tag, value) in [
+        ("h1", Some(article.title.as_str())),
+        ("p", article.byline.as_deref()),
+        ("p", article.excerpt.as_deref()),
+    ] {
+        let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let value_text = collapse_text(value);
+        let already = if tag == "h1" {
+            // Readability usually drops a heading that repeats the title; if it kept one
+            // near the top, do not repeat it.
+            body.chars()
+                .take(value_text.chars().count() + 200)
+                .collect::<String>()
+                .contains(&value_text)
+        } else {
+            body.contains(&value_text)
+        };
+        if already {
+            continue;
+        }
+        out.push_str(&format!(
+            "<{tag}>{}</{tag}>",
+            html_escape::encode_text(value)
+        ));
+    }
+    out.push_str(&article.content);
+    out
+}
+
+/// Whitespace-collapsed text, for containment checks.
+fn collapse_text(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Renders (already sentinel-cleaned) HTML with html2text: the text and its hidden ranges.
+fn render_text(
+    cleaned: &str,
+    base: Option<&url::Url>,
+) -> Result<(String, Vec<Range<usize>>), ConvertError> {
+    let decorator = Decorator {
+        base: base.cloned(),
+        links: Vec::new(),
+    };
     let config = html2text::config::with_decorator(decorator)
         .link_footnotes(false)
         .no_link_wrapping()
@@ -87,12 +259,7 @@ pub fn html_to_text(html: &str, base: Option<&url::Url>) -> Result<Rendered, Con
     unwrap_layout_tables(&config, &dom).map_err(err)?;
     let tree = config.dom_to_render_tree(&dom).map_err(err)?;
     let raw = config.render_to_string(tree, RENDER_WIDTH).map_err(err)?;
-    let (text, hidden) = tidy(&raw);
-    Ok(Rendered {
-        title: extract_title(&cleaned),
-        text,
-        hidden,
-    })
+    Ok(tidy(&raw))
 }
 
 /// Flattens content nested deeper than `limit`: each node at depth `limit` keeps its
@@ -688,6 +855,111 @@ mod tests {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// An article page: site navigation, an article with an infobox and a data table, a
+    /// sidebar and a footer.
+    fn article_page() -> String {
+        let para = "The quick brown fox lives in the northern forest and hunts at dawn, \
+                    as field researchers have observed over many seasons of study. ";
+        format!(
+            "<html><head><title>Foxes - Example Wiki</title>\
+             <meta name=\"description\" content=\"A short standfirst about foxes.\"></head><body>\
+             <nav id=\"site-nav\"><ul><li><a href=\"/\">Main page</a></li>\
+             <li><a href=\"/random\">Random article</a></li><li><a href=\"/c\">Contribute</a></li>\
+             </ul></nav><div id=\"content\"><article><h1>Foxes</h1>\
+             <table class=\"infobox\"><tr><th>Kingdom</th><td>Animalia</td></tr>\
+             <tr><th>Order</th><td>Carnivora</td></tr></table>\
+             <p>{p1}</p><p>{p2}</p><p>{p3}</p>\
+             <table class=\"wikitable\">\
+             <tr><th>Year</th><th>Count</th></tr><tr><td>2019</td><td>41</td></tr></table>\
+             <p>{p4}</p></article></div>\
+             <div class=\"sidebar\"><a href=\"/s1\">Sponsored link one</a></div>\
+             <footer class=\"footer\"><a href=\"/privacy\">Privacy policy</a></footer>\
+             </body></html>",
+            p1 = para.repeat(3),
+            p2 = para.repeat(2),
+            p3 = para.repeat(2),
+            p4 = para.repeat(2),
+        )
+    }
+
+    #[test]
+    fn auto_keeps_the_article_and_its_tables_and_drops_navigation() {
+        let base = url::Url::parse("https://wiki.example/Foxes").expect("url");
+        let html = article_page();
+        let full = html_to_text_as(&html, Some(&base), MainContent::Off).expect("full");
+        let art = html_to_text_as(&html, Some(&base), MainContent::Auto).expect("article");
+        assert!(full.omitted.is_none());
+        assert!(full.text.contains("Random article") && full.text.contains("Privacy policy"));
+        let omitted = art.omitted.as_ref().expect("article view");
+        let note = omitted.note();
+        assert!(art.text.ends_with(&format!("\n\n{note}")), "{}", art.text);
+        assert_eq!(
+            omitted.article_chars + 2 + note.chars().count(),
+            art.text.chars().count()
+        );
+        assert_eq!(omitted.full_chars, full.text.chars().count());
+        for gone in [
+            "Main page",
+            "Random article",
+            "Contribute",
+            "Privacy policy",
+            "Sponsored",
+        ] {
+            assert!(!art.text.contains(gone), "{gone} kept:\n{}", art.text);
+        }
+        for kept in [
+            "Kingdom │ Animalia",
+            "2019 │ 41",
+            "hunts at dawn",
+            "A short standfirst about foxes.",
+        ] {
+            assert!(art.text.contains(kept), "{kept} lost:\n{}", art.text);
+        }
+        assert_eq!(art.text.matches("# Foxes").count(), 1, "{}", art.text);
+        assert_eq!(art.title.as_deref(), Some("Foxes - Example Wiki"));
+        // Links stay followable and hidden from find.
+        assert!(
+            art.hidden
+                .iter()
+                .all(|r| art.text[r.clone()].starts_with("https://"))
+        );
+        assert!(note.contains(&format!(
+            "{} of the page's {}",
+            omitted.article_chars, omitted.full_chars
+        )));
+    }
+
+    #[test]
+    fn auto_falls_back_to_the_whole_page_when_not_confident() {
+        // Too little text for Readability's thresholds: the whole page is shown.
+        let html = "<html><body><nav><a href=\"/\">Home</a></nav><p>Short note.</p></body></html>";
+        let r = html_to_text_as(html, None, MainContent::Auto).expect("render");
+        assert!(r.omitted.is_none());
+        assert!(
+            r.text.contains("Home") && r.text.contains("Short note."),
+            "{}",
+            r.text
+        );
+        // Deep pages are not given to Readability (its walks recurse) but still render.
+        let deep = format!("{}deep text{}", "<div>".repeat(400), "</div>".repeat(400));
+        let r = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || html_to_text_as(&deep, None, MainContent::Auto))
+            .expect("thread")
+            .join()
+            .expect("no panic")
+            .expect("render");
+        assert!(r.omitted.is_none() && r.text.contains("deep text"));
+    }
+
+    #[test]
+    fn main_content_policy_values() {
+        assert_eq!(MainContent::parse("auto"), Ok(MainContent::Auto));
+        assert_eq!(MainContent::parse(" off "), Ok(MainContent::Off));
+        let e = MainContent::parse("article").expect_err("refused");
+        assert!(e.contains("off or auto") && e.contains("article"), "{e}");
     }
 
     #[test]

@@ -366,3 +366,78 @@ fn index_dir(
     }
     count
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages fetched by one tenant are found by that tenant only; folder documents (tenant
+    /// `""`) by every tenant; the same URL fetched by two tenants keeps both copies. (Over
+    /// gRPC every session is of the one default tenant until OpenSession can carry a
+    /// tenant, so this is tested at the index.)
+    #[tokio::test]
+    async fn fetched_pages_are_per_tenant() {
+        let index = EmbeddedIndex::new().expect("index");
+        let folder = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            folder.path().join("shared.txt"),
+            "A shared folder note about quokkas and marsupials.",
+        )
+        .expect("write");
+        index.index_folder(folder.path().to_path_buf(), 10, ExtractPolicy::default());
+        index
+            .add_page(
+                "alpha",
+                "https://a.example/secret",
+                "Alpha secret",
+                "The zebrafish regeneration study from tenant alpha.",
+            )
+            .await;
+        let urls = |hits: Vec<Hit>| hits.into_iter().map(|h| h.url).collect::<Vec<_>>();
+        let a = urls(
+            index
+                .search("alpha", "zebrafish regeneration", 10)
+                .await
+                .expect("a"),
+        );
+        assert_eq!(a, ["https://a.example/secret"]);
+        let b = urls(
+            index
+                .search("beta", "zebrafish regeneration", 10)
+                .await
+                .expect("b"),
+        );
+        assert!(b.is_empty(), "tenant beta sees alpha's page: {b:?}");
+        for tenant in ["alpha", "beta"] {
+            let hits = index.search(tenant, "quokkas", 10).await.expect("folder");
+            assert_eq!(hits.len(), 1, "{tenant}: {:?}", urls(hits));
+        }
+        // Beta fetching the same URL (with other text) does not replace alpha's copy.
+        index
+            .add_page(
+                "beta",
+                "https://a.example/secret",
+                "Beta copy",
+                "Beta sees an axolotl here.",
+            )
+            .await;
+        let a = urls(index.search("alpha", "zebrafish", 10).await.expect("a"));
+        assert_eq!(a, ["https://a.example/secret"]);
+        assert!(
+            index
+                .search("alpha", "axolotl", 10)
+                .await
+                .expect("a")
+                .is_empty()
+        );
+        let b = urls(index.search("beta", "axolotl", 10).await.expect("b"));
+        assert_eq!(b, ["https://a.example/secret"]);
+        assert!(
+            index
+                .search("beta", "zebrafish", 10)
+                .await
+                .expect("b")
+                .is_empty()
+        );
+    }
+}
