@@ -285,6 +285,36 @@ async fn subprocess_sessions_are_notebooks() {
     alive(&mut c, "subprocess").await;
 }
 
+/// With `max_notebooks = 1`, a second session runs in a fresh interpreter with a note, until
+/// the first session's notebook is freed by closing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notebook_places_are_capped() {
+    let srv = start(&format!("{POLICY}max_notebooks = 1\n")).await;
+    let mut c = srv.client.clone();
+    let a = open(&mut c).await;
+    let b = open(&mut c).await;
+    let r = py(&mut c, &a, "subprocess", "x = 1").await;
+    assert!(!r.is_error, "{}", r.text);
+    let r = py(&mut c, &b, "subprocess", "y = 2\nprint('ran')").await;
+    assert_eq!(r.stdout(), "ran\n", "{}", r.text);
+    assert!(
+        r.stderr()
+            .contains("all 1 notebook interpreters of this server are in use"),
+        "{}",
+        r.text
+    );
+    let r = py(&mut c, &a, "subprocess", "print(x)").await;
+    assert_eq!(r.stdout(), "1\n", "{}", r.text);
+    c.close_session(pb::CloseSessionRequest { session_id: a })
+        .await
+        .expect("close");
+    // The place is free again: session b gets a notebook now.
+    let r = py(&mut c, &b, "subprocess", "z = 3").await;
+    assert!(r.stderr().is_empty(), "{}", r.text);
+    let r = py(&mut c, &b, "subprocess", "print(z)").await;
+    assert_eq!(r.stdout(), "3\n", "{}", r.text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn computer_terminal_uses_the_default_runner() {
     let srv = start(POLICY).await;

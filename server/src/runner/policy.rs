@@ -109,6 +109,8 @@ pub mod raw {
         pub require: Vec<String>,
         /// Keep one sandboxed interpreter per session so variables persist between calls.
         pub notebook: bool,
+        /// Notebook interpreters alive at once across all sessions.
+        pub max_notebooks: u64,
     }
 
     impl Default for Subprocess {
@@ -129,6 +131,7 @@ pub mod raw {
                     .map(|p| p.as_str().to_string())
                     .collect(),
                 notebook: true,
+                max_notebooks: 64,
             }
         }
     }
@@ -282,6 +285,9 @@ pub struct SubprocessPolicy {
     /// Notebook sessions: a session's calls run in one sandboxed interpreter kept between
     /// calls (variables and imports persist); calls without a session still get a fresh one.
     pub notebook: bool,
+    /// Notebook interpreters alive at once across all sessions (~6 MB each when idle); a
+    /// session that finds them all taken runs its call in a fresh interpreter, with a note.
+    pub max_notebooks: usize,
 }
 
 /// The CPython build the WASM runner runs (`runner.wasm.build`).
@@ -553,6 +559,13 @@ pub fn check(raw: &raw::Runner, origin: &str) -> Result<RunnerPolicy, PolicyErro
             uid_count: u32::try_from(uid_count).unwrap_or(1),
             require,
             notebook: s.notebook,
+            max_notebooks: range(
+                origin,
+                "runner.subprocess.max_notebooks",
+                s.max_notebooks,
+                1,
+                100_000,
+            )? as usize,
         },
         wasm: WasmPolicy {
             enabled: w.enabled,

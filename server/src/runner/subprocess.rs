@@ -22,8 +22,11 @@
 //! namespace (`kill(-1, SIGKILL)`), so no child outlives the call that started it, then writes
 //! an end marker with the call's status on stdout and on stderr. A call that hits a limit
 //! (time, output, disk) or ends the interpreter (`os._exit`, a crash) ends the kernel, as in
-//! the WASM runner: the next call starts a fresh one (files in `/scratch` remain). Calls without a session always get a fresh sandbox. The kernel's
-//! CPU-time limit is 32 call deadlines over its life.
+//! the WASM runner: the next call starts a fresh one (files in `/scratch` remain). Calls
+//! without a session always get a fresh sandbox. The kernel's CPU-time limit is 32 call
+//! deadlines over its life. At most `runner.subprocess.max_notebooks` kernels live at once
+//! (an idle one is ~6 MB); a session that finds none free runs its call in a fresh sandbox,
+//! and its stderr ends with a note saying so.
 //!
 //! A seccomp deny-list (see `seccomp_program`) is passed to bwrap (`--seccomp 0`, the filter
 //! on stdin), so the program is written to a file bound read-only at `/run/sibyl/main.py`.
@@ -96,6 +99,8 @@ while True:
 
 /// A session's running notebook kernel (see the module docs).
 struct Kernel {
+    /// Its place among `runner.subprocess.max_notebooks`, given back when it ends.
+    _slot: tokio::sync::OwnedSemaphorePermit,
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
     stdout: tokio::process::ChildStdout,
@@ -132,6 +137,8 @@ pub struct SubprocessRunner {
     code_dir: Option<tempfile::TempDir>,
     /// The notebook kernel's driver, bound read-only at [`PROGRAM`] in kernel sandboxes.
     kernel_program: Option<tempfile::TempPath>,
+    /// Places for live notebook kernels (`runner.subprocess.max_notebooks`).
+    notebooks: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl SubprocessRunner {
@@ -165,6 +172,9 @@ impl SubprocessRunner {
             seccomp: None,
             code_dir: None,
             kernel_program: None,
+            notebooks: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                policy.subprocess.max_notebooks,
+            )),
         };
         match (seccomp_file(), code_dir()) {
             (Ok(f), Ok(d)) => {
@@ -392,6 +402,7 @@ impl SubprocessRunner {
     async fn run_in_kernel(
         &self,
         slot: &mut KernelSlot,
+        place: Option<tokio::sync::OwnedSemaphorePermit>,
         scratch: &Path,
         uid: u32,
         prot: &[Protection],
@@ -405,12 +416,10 @@ impl SubprocessRunner {
         };
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        if let Some(k) = slot.kernel.as_mut()
-            && matches!(k.child.try_wait(), Ok(Some(_)) | Err(_))
-        {
-            slot.kernel = None;
-        }
         if slot.kernel.is_none() {
+            let Some(place) = place else {
+                return Err(start_err("no notebook place".into()));
+            };
             let mut cmd = self.command(scratch, uid, prot, Some(kernel_program), Some(filter));
             cmd.arg(PROGRAM)
                 .stdin(Stdio::piped())
@@ -426,6 +435,7 @@ impl SubprocessRunner {
                 return Err(start_err("pipes missing".into()));
             };
             slot.kernel = Some(Kernel {
+                _slot: place,
                 child,
                 stdin,
                 stdout,
@@ -823,15 +833,40 @@ impl Runner for SubprocessRunner {
         std::os::unix::fs::chown(&scratch, Some(uid), Some(uid))
             .map_err(|e| start_err(format!("cannot hand the scratch directory over: {e}")))?;
         let prot = self.protections();
+        let mut notebooks_full = false;
         if self.policy.notebook
             && !session.is_ephemeral()
             && let (Some(kernel), Some(filter)) = (&self.kernel_program, &self.seccomp)
             && prot.contains(&Protection::Seccomp)
         {
             let slot = state.get_or_default::<KernelSlot>();
-            return self
-                .run_in_kernel(slot, &scratch, uid, &prot, kernel, filter.path(), code)
-                .await;
+            let alive = slot
+                .kernel
+                .as_mut()
+                .is_some_and(|k| matches!(k.child.try_wait(), Ok(None)));
+            if !alive {
+                slot.kernel = None;
+            }
+            let place = if alive {
+                None
+            } else {
+                self.notebooks.clone().try_acquire_owned().ok()
+            };
+            if alive || place.is_some() {
+                return self
+                    .run_in_kernel(
+                        slot,
+                        place,
+                        &scratch,
+                        uid,
+                        &prot,
+                        kernel,
+                        filter.path(),
+                        code,
+                    )
+                    .await;
+            }
+            notebooks_full = true;
         }
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
@@ -943,10 +978,23 @@ impl Runner for SubprocessRunner {
             limit = limit.map(|l| l.as_str()),
             "run"
         );
+        let mut stderr = lossy(&collected.err);
+        if notebooks_full {
+            if !stderr.is_empty() && !stderr.ends_with('\n') {
+                stderr.push('\n');
+            }
+            stderr.push_str(&format!(
+                "[sibyl: all {} notebook interpreters of this server are in use \
+                 (runner.subprocess.max_notebooks), so this call ran in a fresh interpreter: \
+                 variables from earlier calls are not available here, files in the working \
+                 directory are]",
+                self.policy.max_notebooks
+            ));
+        }
         Ok(RunOutcome {
             runner: RunnerKind::Subprocess,
             stdout: lossy(&collected.out),
-            stderr: lossy(&collected.err),
+            stderr,
             exit_code,
             signal,
             duration_ms: millis(duration),
