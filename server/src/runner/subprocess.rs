@@ -571,13 +571,7 @@ async fn collect(
                 break;
             }
             _ = watchdog.tick() => {
-                let root = scratch.to_path_buf();
-                let (bytes, entries) = tokio::task::spawn_blocking(move || {
-                    super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
-                })
-                .await
-                .unwrap_or((0, 0));
-                if bytes > max_disk || entries > super::MAX_DISK_ENTRIES {
+                if over_disk(scratch, max_disk).await {
                     c.limit = Some(LimitHit::Disk);
                     break;
                 }
@@ -725,13 +719,7 @@ async fn collect_turn(
                 break;
             }
             _ = watchdog.tick() => {
-                let root = scratch.to_path_buf();
-                let (bytes, entries) = tokio::task::spawn_blocking(move || {
-                    super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
-                })
-                .await
-                .unwrap_or((0, 0));
-                if bytes > max_disk || entries > super::MAX_DISK_ENTRIES {
+                if over_disk(scratch, max_disk).await {
                     t.limit = Some(LimitHit::Disk);
                     break;
                 }
@@ -761,6 +749,18 @@ async fn collect_turn(
     t.out = o.kept;
     t.err = e.kept;
     t
+}
+
+/// The disk watchdog's check: whether the scratch directory holds more than `max_disk`
+/// bytes or [`super::MAX_DISK_ENTRIES`] entries (walked on a blocking thread).
+async fn over_disk(scratch: &Path, max_disk: u64) -> bool {
+    let root = scratch.to_path_buf();
+    let (bytes, entries) = tokio::task::spawn_blocking(move || {
+        super::disk_usage(&[root.as_path()], super::MAX_DISK_ENTRIES)
+    })
+    .await
+    .unwrap_or((0, 0));
+    bytes > max_disk || entries > super::MAX_DISK_ENTRIES
 }
 
 /// Names the limit a failed run most likely hit, from its exit and the end of its stderr.
