@@ -4,24 +4,26 @@
 //! kill, lost connection); each render opens its own tab, which is closed afterwards. At most
 //! `browser.render.max_tabs` renders run at once (others wait), each under
 //! `browser.render.page_timeout_ms`. Every request the page makes (document, scripts, XHR,
-//! fetch, images, iframes) passes CDP request interception, which applies the browser's
-//! address rules ([`AddressGuard`]): only http(s) (and `data:`/`blob:`), host rules, and the
-//! resolved addresses; refused requests fail with `BlockedByClient` before any connection.
+//! fetch, images, iframes) passes CDP request interception, which applies the cheap part of
+//! the browser's address rules ([`AddressGuard`]): only http(s) (and `data:`/`blob:`), host
+//! rules, and IP-literal hosts; refused requests fail with `BlockedByClient` before any
+//! connection.
 //!
 //! The crate costs ~100 ms per CDP call and its `wait_until_navigated` waits for network
 //! idle (1–2 s); instead the page is settled inside one JavaScript evaluation: wait for the
 //! load event, then until the DOM has not changed for `settle_ms` (MutationObserver), capped,
 //! and return the serialised DOM (measured in ../shared/notes/browser.md: 0.66–0.85 s/page).
 //!
-//! Interception alone does not see WebSockets, and a name it resolved would be resolved again
-//! by Chromium (a DNS-rebinding window). So Chromium also sends *every* connection through an
-//! egress proxy of ours ([`proxy`], `--proxy-server`, with loopback not bypassed) that
-//! resolves, checks and connects to exactly the checked addresses; WebRTC may not use UDP
-//! outside the proxy. The proxy lives as long as the [`Renderer`].
+//! Interception does not see WebSockets, and a name checked there would be resolved again by
+//! Chromium (a DNS-rebinding window). So Chromium sends *every* connection through an egress
+//! proxy of ours ([`proxy`], `--proxy-server`, with loopback not bypassed) that resolves
+//! names, checks every address and connects to exactly the checked addresses; this is where
+//! names are resolved and checked (a name resolving to a private address gets the proxy's
+//! `403`). WebRTC may not use UDP outside the proxy. The proxy lives as long as the
+//! [`Renderer`].
 
 pub mod proxy;
 
-use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -383,7 +385,10 @@ fn render_once(
     result
 }
 
-/// The address rules for one request from the page.
+/// The early check for one request from the page: scheme, host rules, and IP-literal hosts.
+/// Names are not resolved here: the egress proxy ([`proxy`]) resolves and checks every
+/// connection's addresses itself, so a lookup here would be the same work done twice, on
+/// the CDP event path.
 fn allowed(guard: &AddressGuard, raw: &str) -> Result<(), String> {
     let u = url::Url::parse(raw).map_err(|e| e.to_string())?;
     match u.scheme() {
@@ -391,18 +396,5 @@ fn allowed(guard: &AddressGuard, raw: &str) -> Result<(), String> {
         "http" | "https" => {}
         s => return Err(format!("scheme `{s}` is not allowed")),
     }
-    guard.check_url(&u).map_err(|e| e.to_string())?;
-    let host = u.host_str().unwrap_or("").trim_matches(['[', ']']);
-    if host.parse::<std::net::IpAddr>().is_ok() {
-        // Literal addresses were checked by check_url.
-        return Ok(());
-    }
-    let port = u.port_or_known_default().unwrap_or(80);
-    let addrs = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?;
-    for a in addrs {
-        guard.check_ip(host, a.ip()).map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    guard.check_url(&u).map_err(|e| e.to_string())
 }
